@@ -1,0 +1,1 @@
+"""One module per `pool-advisor` subcommand; each exposes `register(subparsers)`."""

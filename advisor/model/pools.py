@@ -1,0 +1,189 @@
+"""The dual-pool arithmetic of a hybrid SGLang server: token_equiv, r*, the exact pool split.
+
+Pure functions over plain numbers. The split follows SGLang 0.5.23
+`mem_cache/kv_cache_configurator.py` (`_handle_max_mamba_cache`, `resolve_max_num_reqs`):
+state budget `rest * r / (1 + r)`, one padding slot per pool, the joint solve for speculative
+intermediate state, `max_running_requests <= max_mamba_cache_size // S`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from advisor.model.serving import (
+    ServingConfig,
+    effective_draft_tokens,
+    slots_per_request,
+    spec_enabled,
+)
+
+GIB = 1 << 30
+# Two pools whose request capacities are within this relative distance are "balanced".
+BALANCED_TOLERANCE = 0.05
+# Below this r the state pool is a sliver and the seed says pin the slot count instead.
+PIN_RATIO_THRESHOLD = 0.15
+# SGLang sets max_running_requests to 48 for EAGLE-family / NGram spec when the user did not
+# (arg_groups/speculative_hook.py).
+SPEC_DEFAULT_MAX_RUNNING_REQUESTS = 48
+
+
+@dataclass(frozen=True)
+class ByteConstants:
+    """Per-GPU bytes of one state slot and of one KV token (full-attention layers only)."""
+
+    state_bytes_per_slot: float
+    kv_bytes_per_token: float
+    # Un-sharded draft-model KV per token (spec + DCP direct solve); 0 when not applicable.
+    draft_kv_bytes_per_token: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not (self.state_bytes_per_slot > 0 and self.kv_bytes_per_token > 0):
+            raise ValueError("state_bytes_per_slot and kv_bytes_per_token must both be > 0")
+
+    @property
+    def token_equiv(self) -> float:
+        return self.state_bytes_per_slot / self.kv_bytes_per_token
+
+
+def optimal_ratio(
+    context_length: float,
+    token_equiv: float,
+    slots: int,
+    draft_tokens: int = 0,
+    dcp_size: int = 1,
+) -> float:
+    """The seed's r* = (S + D) * token_equiv * dcp_size / L."""
+    if context_length <= 0:
+        raise ValueError(f"context length must be > 0, got {context_length}")
+    return (slots + draft_tokens) * token_equiv * dcp_size / context_length
+
+
+def optimal_ratio_for(config: ServingConfig, constants: ByteConstants, context_length: float) -> float:
+    """r* for a serving config; with spec under DCP, the direct solve with an un-sharded draft KV."""
+    slots = slots_per_request(config)
+    draft = effective_draft_tokens(config)
+    if config.dcp_size > 1 and draft > 0 and constants.draft_kv_bytes_per_token > 0:
+        kv_bytes_per_request = context_length * (
+            constants.kv_bytes_per_token / config.dcp_size + constants.draft_kv_bytes_per_token
+        )
+        return (slots + draft) * constants.state_bytes_per_slot / kv_bytes_per_request
+    return optimal_ratio(context_length, constants.token_equiv, slots, draft, config.dcp_size)
+
+
+@dataclass(frozen=True)
+class PoolSplit:
+    """What SGLang would allocate on one GPU (one DP shard) for a given config and rest."""
+
+    ratio: float | None  # None when the state pool is pinned
+    max_mamba_cache_size: int
+    kv_capacity_tokens: int  # physical tokens on this rank
+    max_running_requests: int  # the per-DP-worker clamp
+    state_pool_bytes: float
+    kv_pool_bytes: float
+    intermediate_bytes: float
+    clamped_by_state_pool: bool
+
+
+def _requested_cap(config: ServingConfig) -> int | None:
+    if config.max_running_requests is not None:
+        return max(1, config.max_running_requests // config.attn_dp_size)
+    if spec_enabled(config) and config.draft_tokens > 0:
+        return max(1, SPEC_DEFAULT_MAX_RUNNING_REQUESTS // config.attn_dp_size)
+    return None
+
+
+def split_pools(
+    rest_bytes: float,
+    config: ServingConfig,
+    constants: ByteConstants,
+    *,
+    replayssm_fixed_bytes: float = 0.0,
+    model_context_len: int = 262144,
+) -> PoolSplit:
+    """Split `rest` (per-GPU bytes for both pools) exactly as SGLang 0.5.23 does.
+
+    Uses `config.max_mamba_cache_size` when pinned, else `config.mamba_full_memory_ratio`.
+    """
+    if rest_bytes <= 0:
+        raise ValueError(f"rest must be > 0 bytes, got {rest_bytes}")
+    per_slot = constants.state_bytes_per_slot
+    slots = slots_per_request(config)
+    draft = config.draft_tokens if spec_enabled(config) else 0
+    reserves_spec_state = draft > 0 and not config.replayssm
+    requested = _requested_cap(config)
+    remaining = float(rest_bytes)
+    intermediate = 0.0
+    ratio: float | None
+
+    if config.max_mamba_cache_size is not None:
+        ratio = None
+        cache_size = config.max_mamba_cache_size // config.attn_dp_size
+        if reserves_spec_state:
+            capped = min(requested or 1, cache_size // slots)
+            intermediate = per_slot * (capped + 1) * draft
+    else:
+        ratio = config.mamba_full_memory_ratio
+        budget = rest_bytes * ratio / (1 + ratio)
+        if reserves_spec_state:
+            cache_size = int((budget - per_slot * (1 + draft)) // (per_slot * (1 + draft / slots)))
+            capped = min(requested or 1, max(cache_size, 0) // slots)
+            intermediate = per_slot * (capped + 1) * draft
+        else:
+            cache_size = int((budget - replayssm_fixed_bytes - per_slot) // per_slot)
+    cache_size = max(cache_size, 0)
+    remaining -= intermediate
+    state_bytes = (cache_size + 1) * per_slot + replayssm_fixed_bytes
+    kv_bytes = max(remaining - state_bytes, 0.0)
+    kv_tokens = int(kv_bytes // constants.kv_bytes_per_token)
+    kv_tokens -= kv_tokens % config.page_size
+
+    # resolve_max_num_reqs: a token-derived estimate (2048..4096) or the user's value,
+    # both bounded by token_capacity // 2, then by the state pool.
+    estimated = max(min(int(kv_tokens / model_context_len * 512), 4096), 2048)
+    cap = min(requested if requested is not None else estimated, kv_tokens // 2)
+    state_cap = cache_size // slots
+    clamped = state_cap < cap
+    return PoolSplit(
+        ratio=ratio,
+        max_mamba_cache_size=cache_size,
+        kv_capacity_tokens=kv_tokens,
+        max_running_requests=min(cap, state_cap),
+        state_pool_bytes=state_bytes,
+        kv_pool_bytes=kv_bytes,
+        intermediate_bytes=intermediate,
+        clamped_by_state_pool=clamped,
+    )
+
+
+def kv_capacity_requests(kv_capacity_tokens: float, context_length: float, dcp_size: int = 1) -> float:
+    """How many requests of context L the KV pool holds: tokens * dcp / L."""
+    if context_length <= 0:
+        raise ValueError(f"context length must be > 0, got {context_length}")
+    return kv_capacity_tokens * dcp_size / context_length
+
+
+def binding_pool(state_clamp: float, kv_capacity: float, tolerance: float = BALANCED_TOLERANCE) -> str:
+    """Which pool caps concurrency first: 'state', 'kv' or 'balanced' (within `tolerance`)."""
+    top = max(state_clamp, kv_capacity)
+    if top <= 0 or abs(state_clamp - kv_capacity) / top <= tolerance:
+        return "balanced"
+    return "state" if state_clamp < kv_capacity else "kv"
+
+
+def balanced_concurrency(
+    rest_bytes: float, config: ServingConfig, constants: ByteConstants, context_length: float
+) -> float:
+    """Requests per DP worker at the balance point: rest / ((S+D)*state + L*kv/dcp [+ L*draft_kv])."""
+    slots = slots_per_request(config)
+    draft = effective_draft_tokens(config)
+    kv_per_request = context_length * constants.kv_bytes_per_token / config.dcp_size
+    if draft > 0 and config.dcp_size > 1:
+        kv_per_request += context_length * constants.draft_kv_bytes_per_token
+    return rest_bytes / ((slots + draft) * constants.state_bytes_per_slot + kv_per_request)
+
+
+def pin_size(target_concurrency: float, config: ServingConfig) -> int:
+    """--max-mamba-cache-size that admits `target_concurrency` requests per DP worker."""
+    slots = slots_per_request(config)
+    return max(1, math.floor(target_concurrency)) * slots * config.attn_dp_size
