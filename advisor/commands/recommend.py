@@ -1,0 +1,204 @@
+"""`pool-advisor recommend`: the seed's one-shot computation from a boot log, byte figures or a model's
+config.json, printed as a short report ending in the flag line (or `--json`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from advisor.errors import InputError
+from advisor.model.advice import MemoryFacts, advise
+from advisor.model.pools import GIB, ByteConstants, kv_capacity_requests, split_pools
+from advisor.model.serving import STRATEGIES, ServingConfig, slots_per_request
+from advisor.sources.bootlog import BootInfo, read_boot_log
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("recommend", help="one-shot, offline: the optimal --mamba-full-memory-ratio for a context length")
+    src = p.add_argument_group("byte constants (one of)")
+    src.add_argument("--boot-log", metavar="FILE", help="an SGLang boot log (any ratio) of this model and dtypes")
+    src.add_argument("--state-bytes-per-slot", type=float, metavar="BYTES")
+    src.add_argument("--kv-bytes-per-token", type=float, metavar="BYTES")
+    src.add_argument("--model-config", metavar="CONFIG_JSON", help="the model's HF config.json (derive the bytes)")
+    src.add_argument("--tp-size", type=int, help="tensor-parallel size (for --model-config)")
+    src.add_argument("--ssm-dtype", choices=("float32", "bfloat16", "float16"), help="--mamba-ssm-dtype")
+    src.add_argument("--kv-dtype", help="--kv-cache-dtype (auto, bf16, fp8_e4m3, fp8_e5m2)")
+    p.add_argument("--context-length", "-L", type=float, required=True, metavar="L", help="mean context per request (input + output tokens)")
+    p.add_argument("--strategy", choices=STRATEGIES, help="--mamba-radix-cache-strategy (default: from the boot log, else auto)")
+    p.add_argument("--disable-radix-cache", action="store_true", default=None)
+    p.add_argument("--disable-overlap-schedule", action="store_true", default=None)
+    p.add_argument("--pp-size", type=int)
+    p.add_argument("--skip-decode-lock", action="store_true", default=None, help="SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK=1")
+    p.add_argument("--draft-tokens", type=int, metavar="D", help="--speculative-num-draft-tokens")
+    p.add_argument("--replayssm", action="store_true", default=None, help="ReplaySSM spec-verify is on (D counts as 0)")
+    p.add_argument("--dcp-size", type=int)
+    p.add_argument("--page-size", type=int)
+    p.add_argument("--rest-gib", type=float, help="per-GPU GiB for both pools (else from the boot log)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(handler=run)
+
+
+def _config_from_boot(boot: BootInfo | None) -> dict[str, Any]:
+    if boot is None:
+        return {}
+    args = boot.server_args
+    fields: dict[str, Any] = {}
+    strategy = args.get("mamba_radix_cache_strategy", args.get("mamba_scheduler_strategy"))
+    if isinstance(strategy, str) and strategy in STRATEGIES:
+        fields["strategy"] = strategy
+    for key in ("disable_radix_cache", "disable_overlap_schedule"):
+        if isinstance(args.get(key), bool):
+            fields[key] = args[key]
+    for key in ("pp_size", "tp_size", "dp_size", "dcp_size", "page_size", "max_mamba_cache_size", "max_running_requests"):
+        if isinstance(args.get(key), int):
+            fields[key] = args[key]
+    if isinstance(args.get("mamba_full_memory_ratio"), (int, float)):
+        fields["mamba_full_memory_ratio"] = float(args["mamba_full_memory_ratio"])  # type: ignore[arg-type]
+    if isinstance(args.get("mem_fraction_static"), (int, float)):
+        fields["mem_fraction_static"] = float(args["mem_fraction_static"])  # type: ignore[arg-type]
+    for key in ("kv_cache_dtype", "mamba_ssm_dtype", "speculative_algorithm"):
+        if isinstance(args.get(key), str):
+            fields[key] = args[key]
+    if isinstance(args.get("speculative_num_draft_tokens"), int):
+        fields["draft_tokens"] = args["speculative_num_draft_tokens"]
+    return fields
+
+
+def _serving_config(args: argparse.Namespace, boot: BootInfo | None) -> ServingConfig:
+    fields = _config_from_boot(boot)
+    overrides = {
+        "strategy": args.strategy,
+        "disable_radix_cache": args.disable_radix_cache,
+        "disable_overlap_schedule": args.disable_overlap_schedule,
+        "pp_size": args.pp_size,
+        "skip_decode_lock": args.skip_decode_lock,
+        "draft_tokens": args.draft_tokens,
+        "replayssm": args.replayssm,
+        "dcp_size": args.dcp_size,
+        "page_size": args.page_size,
+        "tp_size": args.tp_size,
+        "kv_cache_dtype": args.kv_dtype,
+        "mamba_ssm_dtype": args.ssm_dtype,
+    }
+    fields.update({k: v for k, v in overrides.items() if v is not None})
+    if fields.get("draft_tokens") and not fields.get("speculative_algorithm"):
+        fields["speculative_algorithm"] = "EAGLE"
+    return ServingConfig(**fields)
+
+
+def _constants(args: argparse.Namespace, boot: BootInfo | None, config: ServingConfig) -> ByteConstants:
+    given = [name for name, present in (
+        ("--boot-log", boot is not None),
+        ("--state-bytes-per-slot/--kv-bytes-per-token", args.state_bytes_per_slot is not None or args.kv_bytes_per_token is not None),
+        ("--model-config", args.model_config is not None),
+    ) if present]
+    if not given:
+        raise InputError("need the byte constants: give --boot-log, or --state-bytes-per-slot and --kv-bytes-per-token, or --model-config")
+    if args.state_bytes_per_slot is not None or args.kv_bytes_per_token is not None:
+        if args.state_bytes_per_slot is None or args.kv_bytes_per_token is None:
+            raise InputError("--state-bytes-per-slot and --kv-bytes-per-token go together")
+        if args.state_bytes_per_slot <= 0 or args.kv_bytes_per_token <= 0:
+            raise InputError("--state-bytes-per-slot and --kv-bytes-per-token must be > 0")
+        return ByteConstants(args.state_bytes_per_slot, args.kv_bytes_per_token)
+    if boot is not None:
+        return boot.constants()
+    from advisor.model.state_shapes import load_hf_config, model_bytes
+
+    hf = load_hf_config(args.model_config)
+    derived = model_bytes(
+        hf,
+        tp_size=args.tp_size or config.tp_size,
+        ssm_dtype=args.ssm_dtype or config.mamba_ssm_dtype,
+        kv_dtype=args.kv_dtype or config.kv_cache_dtype,
+    )
+    return ByteConstants(float(derived.state_bytes_per_slot), float(derived.kv_bytes_per_token))
+
+
+def run(args: argparse.Namespace) -> int:
+    boot = read_boot_log(args.boot_log) if args.boot_log else None
+    config = _serving_config(args, boot)
+    constants = _constants(args, boot, config)
+    if args.context_length <= 0:
+        raise InputError(f"--context-length must be > 0 tokens, got {args.context_length:g}")
+    if args.rest_gib is not None:
+        if args.rest_gib <= 0:
+            raise InputError(f"--rest-gib must be > 0, got {args.rest_gib:g}")
+        rest = args.rest_gib * GIB
+    else:
+        rest = boot.rest_bytes if boot is not None else None
+    memory = MemoryFacts()
+    if boot is not None:
+        memory = MemoryFacts(
+            card_available_gib=boot.avail_before_weights_gib,
+            idle_after_pools_gib=boot.memory_pool_end_avail_gib,
+            idle_after_graphs_gib=boot.available_gpu_mem_gib,
+            mem_fraction_static=config.mem_fraction_static,
+        )
+    model_ctx = boot.context_len if boot is not None and boot.context_len else 262144
+    advice = advise(config, constants, args.context_length, rest_bytes=rest, memory=memory, model_context_len=model_ctx)
+    out = advice.to_dict()
+
+    live: dict[str, Any] | None = None
+    if boot is not None and rest is not None:
+        boot_config = ServingConfig(**_config_from_boot(boot))
+        live_split = split_pools(rest, boot_config, constants, model_context_len=model_ctx)
+        live = {
+            "ratio": boot_config.mamba_full_memory_ratio,
+            "logged_max_mamba_cache_size": boot.state_pool.max_mamba_cache_size,
+            "predicted_max_mamba_cache_size": live_split.max_mamba_cache_size,
+            "logged_max_running_requests": boot.max_running_requests,
+            "predicted_max_running_requests": live_split.max_running_requests,
+            "kv_capacity_requests": kv_capacity_requests(boot.kv_pool.tokens, args.context_length, config.dcp_size),
+        }
+        logged_slots = boot.logged_slots_per_request
+        if logged_slots is not None and logged_slots != slots_per_request(boot_config):
+            advice.notes.append(
+                f"the boot log says {logged_slots} state slots per request but its flags give S = {slots_per_request(boot_config)}: check the strategy / env"
+            )
+        if boot.max_running_requests is not None and live_split.max_running_requests != boot.max_running_requests:
+            advice.notes.append(
+                f"model predicts clamp {live_split.max_running_requests} at the boot's r = {boot_config.mamba_full_memory_ratio:g}, "
+                f"the log says {boot.max_running_requests}"
+            )
+        if slots_per_request(boot_config) != advice.slots_per_request:
+            advice.notes.append(
+                f"the recommendation assumes S = {advice.slots_per_request} ({advice.strategy}); the boot ran with "
+                f"S = {slots_per_request(boot_config)}: change the strategy together with the ratio"
+            )
+        out = advice.to_dict()
+    out["live"] = live
+    if args.json:
+        print(json.dumps(out, indent=1, sort_keys=True))
+        return 0
+    print(_report(advice.to_dict(), live))
+    return 0
+
+
+def _report(a: dict[str, Any], live: dict[str, Any] | None) -> str:
+    lines = [
+        f"context length L        {a['context_length']:.0f} tokens",
+        f"state bytes per slot    {a['state_bytes_per_slot'] / 1e6:.2f} MB   KV bytes per token {a['kv_bytes_per_token'] / 1e3:.2f} KB",
+        f"token_equiv             {a['token_equiv']:.0f}",
+        f"S (slots per request)   {a['slots_per_request']} ({a['strategy']})   D {a['draft_tokens']}   dcp {a['dcp_size']}",
+        f"r*                      {a['ratio']:.3f}",
+    ]
+    if a["predicted_max_running_requests"] is not None:
+        lines.append(
+            f"at r*                    clamp {a['predicted_max_running_requests']} requests "
+            f"(max_mamba_cache_size {a['predicted_max_mamba_cache_size']}), KV holds {a['kv_capacity_requests']:.1f} requests "
+            f"-> binding pool: {a['binding_pool']}"
+        )
+    if live:
+        lines.append(
+            f"live (boot log)          r {live['ratio']:g}: clamp {live['logged_max_running_requests']} "
+            f"(model: {live['predicted_max_running_requests']}), KV holds {live['kv_capacity_requests']:.1f} requests at L"
+        )
+    for note in a["notes"]:
+        lines.append(f"note: {note}")
+    lines.append("")
+    lines.append(a["flag_line"])
+    return "\n".join(lines)
+
+
+__all__ = ["register", "run"]

@@ -1,0 +1,61 @@
+"""`pool-advisor recommend` as a user runs it: a real subprocess, JSON keys, exit codes."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+LOGS = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "logs"
+REQUIRED_KEYS = {
+    "ratio", "token_equiv", "slots_per_request", "draft_tokens", "dcp_size", "state_bytes_per_slot",
+    "kv_bytes_per_token", "predicted_max_running_requests", "kv_capacity_requests", "binding_pool",
+    "pin_max_mamba_cache_size", "notes",
+}
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "advisor", "recommend", *args], capture_output=True, text=True, timeout=60)
+
+
+def test_issue_example_prints_ratio_1_8():
+    proc = run_cli("--boot-log", str(LOGS / "boot-tp8-default.log"), "--context-length", "9216", "--strategy", "extra_buffer_lazy", "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert REQUIRED_KEYS <= out.keys()
+    assert out["ratio"] == pytest.approx(1.8, abs=0.05)
+    assert out["slots_per_request"] == 4
+    assert out["binding_pool"] == "balanced"
+    assert out["live"]["predicted_max_running_requests"] == out["live"]["logged_max_running_requests"] == 51
+
+
+def test_human_report_ends_in_flag_line():
+    proc = run_cli("--state-bytes-per-slot", "56.4e6", "--kv-bytes-per-token", "13.8e3", "-L", "9216", "--strategy", "extra_buffer_lazy")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "--mamba-full-memory-ratio 1.77"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["-L", "9216"], "need the byte constants"),
+        (["--state-bytes-per-slot", "1e6", "-L", "9216"], "go together"),
+        (["--boot-log", "/nonexistent/boot.log", "-L", "9216"], "cannot read boot log"),
+        (["--state-bytes-per-slot", "1e6", "--kv-bytes-per-token", "1e3", "-L", "0"], "context-length"),
+        (["--state-bytes-per-slot", "1e6", "--kv-bytes-per-token", "1e3", "-L", "9216", "--strategy", "lazy"], "invalid choice"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(args, message):
+    proc = run_cli(*args)
+    assert proc.returncode == 2
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_garbled_boot_log(tmp_path):
+    garbled = tmp_path / "garbled.log"
+    garbled.write_bytes(b"\x00\xff garbage\n[2026-11-29 10:00:46 TP0] KV Cache is allocated. dtype: torch.bf16, #tok")
+    proc = run_cli("--boot-log", str(garbled), "-L", "9216")
+    assert proc.returncode == 2
+    assert len(proc.stderr.strip().splitlines()) == 1
