@@ -1,0 +1,1 @@
+"""export: renders the last computed snapshot for Prometheus, humans (/) and tools (/status)."""

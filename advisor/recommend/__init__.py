@@ -1,0 +1,1 @@
+"""recommend: turns the workload picture plus the dual-pool model into a decision with its reason (pure)."""
