@@ -1,0 +1,641 @@
+"""Derives the two per-GPU byte constants (state bytes per slot, KV bytes per token) from a HF config.json.
+
+Pure: takes the parsed config dict and plain options and follows SGLang 0.5.23's own shape rules
+(`configs/mamba_utils.py`, the per-model `configs/*.py`, `model_executor/pool_configurator.py`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from advisor.errors import InputError
+from advisor.model.pools import ByteConstants
+
+# Element sizes of the dtypes SGLang allows for the recurrent state (`mamba2_state_dtype`,
+# `--mamba-ssm-dtype` choices, `SGLANG_MAMBA_CONV_DTYPE`).
+_STATE_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+_STATE_DTYPE_ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "half": "float16"}
+# SGLang's default when neither the config nor the flag names an SSM dtype (`mamba2_state_dtype`).
+DEFAULT_SSM_DTYPE = "float32"
+
+# `--kv-cache-dtype` values this module sizes (`mem_cache/kv_cache_dtype.py`); the scaled FP4/MXFP8
+# layouts add scale buffers and are left out.
+_KV_DTYPE_BYTES = {"bf16": 2, "bfloat16": 2, "fp8_e4m3": 1, "fp8_e5m2": 1}
+
+
+@dataclass(frozen=True)
+class ModelBytes:
+    """Per-GPU byte constants of one hybrid model under one TP size and one set of dtypes."""
+
+    family: str  # "mamba2" | "gdn" | "kda" | "mamba1" | "shortconv"
+    architecture: str
+    num_linear_layers: int
+    num_attention_layers: int
+    conv_bytes_per_slot: int
+    ssm_bytes_per_slot: int
+    kv_bytes_per_token: int
+    ssm_dtype: str = DEFAULT_SSM_DTYPE
+    conv_dtype: str = "bfloat16"
+    kv_dtype_bytes: int = 2
+
+    @property
+    def state_bytes_per_slot(self) -> int:
+        return self.conv_bytes_per_slot + self.ssm_bytes_per_slot
+
+    @property
+    def token_equiv(self) -> float:
+        """Full-KV tokens one state slot costs; infinite for a model without attention layers."""
+        if self.kv_bytes_per_token == 0:
+            return math.inf
+        return self.state_bytes_per_slot / self.kv_bytes_per_token
+
+    def byte_constants(self) -> ByteConstants:
+        """The pools-module view; raises InputError for a model without a KV pool to balance."""
+        if self.kv_bytes_per_token == 0:
+            raise InputError(
+                f"{self.architecture} has no full-attention layers, so there is no KV pool to balance against"
+            )
+        return ByteConstants(
+            state_bytes_per_slot=float(self.state_bytes_per_slot),
+            kv_bytes_per_token=float(self.kv_bytes_per_token),
+        )
+
+
+def load_hf_config(path: str | Path) -> dict[str, Any]:
+    """Reads a HF config.json (or a model directory holding one) into a dict."""
+    config_path = Path(path)
+    if config_path.is_dir():
+        config_path = config_path / "config.json"
+    try:
+        text = config_path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"{config_path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{config_path}: cannot read: {exc}") from None
+    try:
+        parsed = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{config_path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(parsed, dict):
+        raise InputError(f"{config_path}: expected a JSON object, got {type(parsed).__name__}")
+    return parsed
+
+
+# --- small readers that turn a bad config into a one-line error naming the field ---------------
+
+
+class _Fields:
+    """Typed access to one (sub-)config dict, with errors that name the architecture and field."""
+
+    def __init__(self, data: Mapping[str, Any], architecture: str, prefix: str = "") -> None:
+        self.data = data
+        self.architecture = architecture
+        self.prefix = prefix
+
+    def _where(self, name: str) -> str:
+        return f"{self.prefix}{name}"
+
+    def has(self, name: str) -> bool:
+        return self.data.get(name) is not None
+
+    def positive_int(self, name: str, default: int | None = None) -> int:
+        value = self.data.get(name)
+        if value is None:
+            if default is not None:
+                return default
+            raise InputError(
+                f"config field '{self._where(name)}' is missing (needed for {self.architecture})"
+            )
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise InputError(
+                f"config field '{self._where(name)}' must be a positive integer, got {value!r} ({self.architecture})"
+            )
+        return value
+
+    def non_negative_int(self, name: str) -> int:
+        value = self.data.get(name)
+        if value is None:
+            raise InputError(
+                f"config field '{self._where(name)}' is missing (needed for {self.architecture})"
+            )
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise InputError(
+                f"config field '{self._where(name)}' must be an integer >= 0, got {value!r} ({self.architecture})"
+            )
+        return value
+
+    def string_list(self, name: str) -> list[str]:
+        value = self.data.get(name)
+        if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+            raise InputError(
+                f"config field '{self._where(name)}' must be a list of strings, got {value!r} ({self.architecture})"
+            )
+        return value
+
+    def int_list(self, name: str) -> list[int]:
+        value = self.data.get(name)
+        if not isinstance(value, list) or not all(
+            isinstance(item, int) and not isinstance(item, bool) for item in value
+        ):
+            raise InputError(
+                f"config field '{self._where(name)}' must be a list of integers, got {value!r} ({self.architecture})"
+            )
+        return value
+
+    def sub(self, name: str) -> _Fields:
+        value = self.data.get(name)
+        if not isinstance(value, dict):
+            raise InputError(
+                f"config field '{self._where(name)}' must be an object, got {value!r} ({self.architecture})"
+            )
+        return _Fields(value, self.architecture, prefix=f"{self._where(name)}.")
+
+
+def _divide(numerator: int, tp_size: int, what: str, architecture: str) -> int:
+    """SGLang's `distributed.utils.divide`: an exact split across TP ranks or no boot at all."""
+    if numerator % tp_size != 0:
+        raise InputError(
+            f"{architecture}: {what} ({numerator}) is not divisible by tp_size {tp_size}; SGLang cannot shard it"
+        )
+    return numerator // tp_size
+
+
+# --- per-rank state shapes (elements per layer per slot) ----------------------------------------
+
+
+@dataclass(frozen=True)
+class _StateShape:
+    conv_elements: int  # one layer's conv window, one slot, one rank
+    ssm_elements: int  # one layer's temporal (SSM) state, one slot, one rank
+
+
+def _mamba2_shape(
+    *,
+    tp_size: int,
+    intermediate_size: int,
+    n_groups: int,
+    num_heads: int,
+    head_dim: int,
+    state_size: int,
+    conv_kernel: int,
+    architecture: str,
+) -> _StateShape:
+    """`Mamba2StateShape.create`: groups widened to tp_size when they do not split evenly."""
+    if n_groups % tp_size != 0:
+        # `extra_groups_for_head_shards` adds tp_size - n_groups, i.e. the groups become tp_size.
+        n_groups = tp_size
+    conv_dim = intermediate_size + 2 * n_groups * state_size
+    conv_channels = _divide(conv_dim, tp_size, "conv dim", architecture)
+    heads_per_rank = _divide(num_heads, tp_size, "SSM heads", architecture)
+    return _StateShape(
+        conv_elements=conv_channels * (conv_kernel - 1),
+        ssm_elements=heads_per_rank * head_dim * state_size,
+    )
+
+
+def _mamba1_shape(
+    *, tp_size: int, intermediate_size: int, state_size: int, conv_kernel: int, architecture: str
+) -> _StateShape:
+    """`Mamba2StateShape.create_full_rank`: conv over the intermediate channels only, head_dim 1."""
+    channels = _divide(intermediate_size, tp_size, "intermediate_size", architecture)
+    return _StateShape(conv_elements=channels * (conv_kernel - 1), ssm_elements=channels * state_size)
+
+
+def _kda_shape(
+    *, tp_size: int, num_heads: int, head_dim: int, conv_kernel: int, architecture: str
+) -> _StateShape:
+    """`KimiLinearStateShape.create`: q, k, v conv windows side by side; (heads, d, d) state."""
+    projection = num_heads * head_dim  # key heads and key dim default to the value ones
+    q_channels = _divide(projection, tp_size, "KDA projection size", architecture)
+    k_channels = _divide(projection, tp_size, "KDA key projection size", architecture)
+    heads_per_rank = _divide(num_heads, tp_size, "KDA heads", architecture)
+    return _StateShape(
+        conv_elements=(conv_kernel - 1) * (q_channels + 2 * k_channels),
+        ssm_elements=heads_per_rank * head_dim * head_dim,
+    )
+
+
+# --- per-architecture readers ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Layout:
+    family: str
+    linear_layers: int
+    attention_layers: int
+    shape: _StateShape
+    # Whether SGLang passes the config to `mamba2_state_dtype` (config mamba_ssm_dtype honoured)
+    # or builds the params with the default dtype (config value ignored; only the flag counts).
+    reads_config_ssm_dtype: bool
+    attention: _Fields | None  # where the attention fields live; None without attention layers
+    mla: bool = False
+
+
+def _gdn_layout(fields: _Fields, tp_size: int) -> _Layout:
+    """Qwen3-Next / Qwen3.5 (`configs/qwen3_next.py`): every full_attention_interval-th layer is attention."""
+    num_layers = fields.positive_int("num_hidden_layers")
+    interval = fields.positive_int("full_attention_interval")
+    attention_layers = sum(1 for layer in range(num_layers) if (layer + 1) % interval == 0)
+    key_heads = fields.positive_int("linear_num_key_heads")
+    value_heads = fields.positive_int("linear_num_value_heads")
+    key_dim = fields.positive_int("linear_key_head_dim")
+    value_dim = fields.positive_int("linear_value_head_dim")
+    shape = _mamba2_shape(
+        tp_size=tp_size,
+        intermediate_size=value_dim * value_heads,
+        n_groups=key_heads,
+        num_heads=value_heads,
+        head_dim=value_dim,
+        state_size=key_dim,
+        conv_kernel=fields.positive_int("linear_conv_kernel_dim"),
+        architecture=fields.architecture,
+    )
+    return _Layout("gdn", num_layers - attention_layers, attention_layers, shape, True, fields)
+
+
+_NEMOTRON_PATTERN = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
+
+
+def _nemotron_h_layout(fields: _Fields, tp_size: int) -> _Layout:
+    """NemotronH (`configs/nemotron_h.py`): layers_block_type, else the legacy hybrid_override_pattern."""
+    if fields.has("layers_block_type"):
+        block_types = fields.string_list("layers_block_type")
+    elif fields.has("hybrid_override_pattern"):
+        pattern = fields.data["hybrid_override_pattern"]
+        if not isinstance(pattern, str) or any(char not in _NEMOTRON_PATTERN for char in pattern):
+            raise InputError(
+                f"config field 'hybrid_override_pattern' must use only M, *, - and E, got {pattern!r} "
+                f"({fields.architecture})"
+            )
+        block_types = [_NEMOTRON_PATTERN[char] for char in pattern]
+    else:
+        raise InputError(
+            f"config field 'hybrid_override_pattern' (or 'layers_block_type') is missing "
+            f"(needed for {fields.architecture})"
+        )
+    unknown = sorted(set(block_types) - set(_NEMOTRON_PATTERN.values()))
+    if unknown:
+        raise InputError(
+            f"config field 'layers_block_type' has unknown types {unknown}; SGLang accepts mamba, attention, "
+            f"mlp, moe ({fields.architecture})"
+        )
+    num_heads = fields.positive_int("mamba_num_heads")
+    head_dim = fields.positive_int("mamba_head_dim")
+    # SGLang reads `n_groups` (a raw config.json key); `mamba_n_groups` is the constructor spelling.
+    n_groups = (
+        fields.positive_int("n_groups") if fields.has("n_groups") else fields.positive_int("mamba_n_groups")
+    )
+    conv_kernel = (
+        fields.positive_int("conv_kernel")
+        if fields.has("conv_kernel")
+        else fields.positive_int("mamba_d_conv", 4)
+    )
+    shape = _mamba2_shape(
+        tp_size=tp_size,
+        intermediate_size=num_heads * head_dim,
+        n_groups=n_groups,
+        num_heads=num_heads,
+        head_dim=head_dim,
+        state_size=fields.positive_int("ssm_state_size"),
+        conv_kernel=conv_kernel,
+        architecture=fields.architecture,
+    )
+    return _Layout("mamba2", block_types.count("mamba"), block_types.count("attention"), shape, True, fields)
+
+
+def _falcon_h1_layout(fields: _Fields, tp_size: int) -> _Layout:
+    """Falcon-H1 (`configs/falcon_h1.py`): every layer runs attention and Mamba2 in parallel."""
+    num_layers = fields.positive_int("num_hidden_layers")
+    num_heads = fields.positive_int("mamba_n_heads")
+    if "mamba_d_ssm" in fields.data and fields.data["mamba_d_ssm"] is None:
+        # An explicit null means "mamba_expand * hidden_size" in SGLang's FalconH1Config.
+        intermediate = fields.positive_int("mamba_expand", 2) * fields.positive_int("hidden_size")
+    else:
+        intermediate = fields.positive_int("mamba_d_ssm")
+    head_dim_value = fields.data.get("mamba_d_head", "auto")
+    if head_dim_value == "auto":
+        if intermediate % num_heads != 0:
+            raise InputError(
+                f"mamba_n_heads ({num_heads}) must divide the mamba intermediate size ({intermediate}) "
+                f"({fields.architecture})"
+            )
+        head_dim = intermediate // num_heads
+    else:
+        head_dim = fields.positive_int("mamba_d_head")
+    shape = _mamba2_shape(
+        tp_size=tp_size,
+        intermediate_size=intermediate,
+        n_groups=fields.positive_int("mamba_n_groups", 1),
+        num_heads=num_heads,
+        head_dim=head_dim,
+        state_size=fields.positive_int("mamba_d_state"),
+        conv_kernel=fields.positive_int("mamba_d_conv", 4),
+        architecture=fields.architecture,
+    )
+    return _Layout("mamba2", num_layers, num_layers, shape, True, fields)
+
+
+_GRANITE_ALIASES = {"linear_attention": "mamba", "full_attention": "attention"}
+
+
+def _granite_layout(fields: _Fields, tp_size: int) -> _Layout:
+    """Granite-4.0-H (`configs/granitemoehybrid.py`); builds its params without the config's dtype."""
+    num_layers = fields.positive_int("num_hidden_layers")
+    if fields.has("layer_types"):
+        layer_types = [_GRANITE_ALIASES.get(kind, kind) for kind in fields.string_list("layer_types")]
+    else:
+        layer_types = ["attention" if (layer + 1) % 6 == 0 else "mamba" for layer in range(num_layers)]
+    if len(layer_types) != num_layers:
+        raise InputError(
+            f"config field 'layer_types' has {len(layer_types)} entries but num_hidden_layers is {num_layers} "
+            f"({fields.architecture})"
+        )
+    unknown = sorted(set(layer_types) - {"mamba", "attention"})
+    if unknown:
+        raise InputError(
+            f"config field 'layer_types' has unknown types {unknown}; SGLang accepts mamba and attention "
+            f"({fields.architecture})"
+        )
+    if "mamba" not in layer_types:
+        raise InputError(
+            f"{fields.architecture}: layer_types has no mamba layer, so SGLang keeps no state pool"
+        )
+    hidden_size = fields.positive_int("hidden_size")
+    intermediate = fields.positive_int("mamba_expand", 2) * hidden_size
+    num_heads = fields.positive_int("mamba_n_heads")
+    head_dim = fields.positive_int("mamba_d_head")
+    if num_heads * head_dim != intermediate:
+        raise InputError(
+            f"mamba_d_head ({head_dim}) * mamba_n_heads ({num_heads}) must equal mamba_expand * hidden_size "
+            f"({intermediate}) ({fields.architecture})"
+        )
+    shape = _mamba2_shape(
+        tp_size=tp_size,
+        intermediate_size=intermediate,
+        n_groups=fields.positive_int("mamba_n_groups", 1),
+        num_heads=num_heads,
+        head_dim=head_dim,
+        state_size=fields.positive_int("mamba_d_state"),
+        conv_kernel=fields.positive_int("mamba_d_conv", 4),
+        architecture=fields.architecture,
+    )
+    return _Layout("mamba2", layer_types.count("mamba"), layer_types.count("attention"), shape, False, fields)
+
+
+def _kimi_linear_layout(fields: _Fields, tp_size: int) -> _Layout:
+    """Kimi-Linear (`configs/kimi_linear.py`): 1-indexed kda_layers, MLA on the rest; default dtype."""
+    num_layers = fields.positive_int("num_hidden_layers")
+    linear = fields.sub("linear_attn_config")
+    kda_layers = set(linear.int_list("kda_layers"))
+    linear.int_list("full_attn_layers")  # SGLang asserts it is present
+    linear_layers = sum(1 for layer in range(num_layers) if (layer + 1) in kda_layers)
+    shape = _kda_shape(
+        tp_size=tp_size,
+        num_heads=linear.positive_int("num_heads"),
+        head_dim=linear.positive_int("head_dim"),
+        conv_kernel=linear.positive_int("short_conv_kernel_size"),
+        architecture=fields.architecture,
+    )
+    return _Layout("kda", linear_layers, num_layers - linear_layers, shape, False, fields, mla=True)
+
+
+def _mamba1_layout(fields: _Fields, tp_size: int) -> _Layout:
+    """Mamba-1 / Falcon-Mamba (`configs/mamba.py`): every layer is Mamba, no attention, default dtype."""
+    num_layers = fields.positive_int("num_hidden_layers")
+    # transformers' MambaConfig sets intermediate_size = int(expand * hidden_size) itself.
+    intermediate = fields.positive_int("expand", 2) * fields.positive_int("hidden_size")
+    shape = _mamba1_shape(
+        tp_size=tp_size,
+        intermediate_size=intermediate,
+        state_size=fields.positive_int("state_size"),
+        conv_kernel=fields.positive_int("conv_kernel", 4),
+        architecture=fields.architecture,
+    )
+    return _Layout("mamba1", num_layers, 0, shape, False, None)
+
+
+def _lfm2_layout(fields: _Fields, tp_size: int) -> _Layout:
+    """LFM2 (`configs/lfm2.py`): short-conv layers keep only a conv window (state_size 0)."""
+    num_layers = fields.positive_int("num_hidden_layers")
+    if fields.has("layer_types"):
+        layer_types = fields.string_list("layer_types")
+    else:
+        attention_ids = (
+            set(fields.int_list("full_attn_idxs")) if fields.has("full_attn_idxs") else set(range(num_layers))
+        )
+        layer_types = ["full_attention" if layer in attention_ids else "conv" for layer in range(num_layers)]
+    conv_layers = sum(1 for kind in layer_types if kind in ("conv", "short_conv"))
+    if conv_layers == 0:
+        raise InputError(
+            f"{fields.architecture}: layer_types has no conv layer, so SGLang keeps no state pool"
+        )
+    shape = _mamba2_shape(
+        tp_size=tp_size,
+        intermediate_size=fields.positive_int("hidden_size"),
+        n_groups=1,
+        num_heads=tp_size,
+        head_dim=fields.positive_int("hidden_size"),
+        state_size=0,
+        conv_kernel=fields.positive_int("conv_L_cache", 3),
+        architecture=fields.architecture,
+    )
+    return _Layout("shortconv", conv_layers, layer_types.count("full_attention"), shape, True, fields)
+
+
+_LayoutReader = Callable[[_Fields, int], _Layout]
+
+# architectures[0] -> (reader, whether the fields live under text_config). SGLang picks the config
+# class by model_type and the pool rules by config class (`configs/hybrid_arch.py`).
+_ARCHITECTURES: dict[str, tuple[_LayoutReader, bool]] = {
+    "Qwen3NextForCausalLM": (_gdn_layout, False),
+    "Qwen3_5ForCausalLM": (_gdn_layout, False),
+    "Qwen3_5MoeForCausalLM": (_gdn_layout, False),
+    "Qwen3_5ForConditionalGeneration": (_gdn_layout, True),
+    "Qwen3_5MoeForConditionalGeneration": (_gdn_layout, True),
+    "NemotronHForCausalLM": (_nemotron_h_layout, False),
+    "FalconH1ForCausalLM": (_falcon_h1_layout, False),
+    "GraniteMoeHybridForCausalLM": (_granite_layout, False),
+    "KimiLinearForCausalLM": (_kimi_linear_layout, False),
+    "MambaForCausalLM": (_mamba1_layout, False),
+    "FalconMambaForCausalLM": (_mamba1_layout, False),
+    "Lfm2ForCausalLM": (_lfm2_layout, False),
+}
+_MODEL_TYPES = {
+    "qwen3_next": "Qwen3NextForCausalLM",
+    "nemotron_h": "NemotronHForCausalLM",
+    "falcon_h1": "FalconH1ForCausalLM",
+    "granitemoehybrid": "GraniteMoeHybridForCausalLM",
+    "kimi_linear": "KimiLinearForCausalLM",
+    "mamba": "MambaForCausalLM",
+    "falcon_mamba": "FalconMambaForCausalLM",
+    "lfm2": "Lfm2ForCausalLM",
+}
+SUPPORTED_ARCHITECTURES = tuple(_ARCHITECTURES)
+
+
+def _architecture_of(hf_config: Mapping[str, Any]) -> str:
+    architectures = hf_config.get("architectures")
+    if isinstance(architectures, list) and architectures and isinstance(architectures[0], str):
+        return architectures[0]
+    model_type = hf_config.get("model_type")
+    if isinstance(model_type, str) and model_type in _MODEL_TYPES:
+        return _MODEL_TYPES[model_type]
+    raise InputError(
+        f"config field 'architectures' is missing and model_type {model_type!r} is not a supported hybrid model"
+    )
+
+
+# --- dtypes ---------------------------------------------------------------------------------------
+
+
+def _state_dtype_name(value: str, option: str) -> str:
+    name = _STATE_DTYPE_ALIASES.get(value.lower(), value.lower())
+    if name not in _STATE_DTYPE_BYTES:
+        raise InputError(f"{option} must be one of float32, bfloat16, float16; got {value!r}")
+    return name
+
+
+def _config_ssm_dtype(hf_config: Mapping[str, Any]) -> str:
+    """`mamba2_state_dtype(config)`: text_config.mamba_ssm_dtype, else the root's, else float32.
+
+    An unrecognised config value falls back to float32, as SGLang does (with a warning).
+    """
+    text_config = hf_config.get("text_config")
+    value: Any = None
+    if isinstance(text_config, dict) and "mamba_ssm_dtype" in text_config:
+        value = text_config["mamba_ssm_dtype"]
+    elif "mamba_ssm_dtype" in hf_config:
+        value = hf_config["mamba_ssm_dtype"]
+    if isinstance(value, str) and value in _STATE_DTYPE_BYTES:
+        return value
+    return DEFAULT_SSM_DTYPE
+
+
+def _kv_cache_quantized_fp8(hf_config: Mapping[str, Any]) -> bool:
+    """`--kv-cache-dtype auto` picks FP8 when the checkpoint's quant config says kv_cache_quant_algo FP8."""
+    quant = hf_config.get("quantization_config")
+    if not isinstance(quant, dict):
+        return False
+    algo = quant.get("kv_cache_quant_algo")
+    nested = quant.get("quantization")
+    if algo is None and isinstance(nested, dict):
+        algo = nested.get("kv_cache_quant_algo")
+    return isinstance(algo, str) and algo.upper() == "FP8"
+
+
+def _kv_dtype_bytes(hf_config: Mapping[str, Any], kv_dtype: str) -> int:
+    """Bytes per KV element for `--kv-cache-dtype` (auto = the model dtype, 16-bit for every checkpoint dtype).
+
+    SGLang serves a float32 checkpoint in float16 under --dtype auto (`_get_and_verify_dtype`), so
+    auto is 2 bytes unless the quant config asks for an FP8 KV cache.
+    """
+    name = kv_dtype.lower()
+    if name == "auto":
+        return 1 if _kv_cache_quantized_fp8(hf_config) else 2
+    if name not in _KV_DTYPE_BYTES:
+        raise InputError(
+            f"kv dtype must be one of auto, bf16, bfloat16, fp8_e4m3, fp8_e5m2; got {kv_dtype!r}"
+        )
+    return _KV_DTYPE_BYTES[name]
+
+
+# --- KV bytes per token ---------------------------------------------------------------------------
+
+
+def _gqa_kv_elements_per_layer(fields: _Fields, tp_size: int) -> int:
+    """`ModelConfig.get_num_kv_heads`: heads split across TP, at least one per rank (replicated)."""
+    total_kv_heads: int | None = None
+    for name in ("n_head_kv", "num_kv_heads", "num_key_value_heads"):
+        if fields.has(name):
+            total_kv_heads = fields.positive_int(name)
+            break
+    if total_kv_heads is None:
+        if not fields.has("num_attention_heads"):
+            raise InputError(
+                f"config field '{fields.prefix}num_key_value_heads' (or 'num_attention_heads') is missing "
+                f"(needed for {fields.architecture})"
+            )
+        total_kv_heads = fields.positive_int("num_attention_heads")
+    kv_heads_per_rank = max(1, total_kv_heads // tp_size)
+    if fields.has("head_dim"):
+        head_dim = fields.positive_int("head_dim")
+    else:
+        head_dim = fields.positive_int("hidden_size") // fields.positive_int("num_attention_heads")
+    value = fields.data.get("v_head_dim")
+    v_head_dim = fields.positive_int("v_head_dim") if value else head_dim
+    return kv_heads_per_rank * (head_dim + v_head_dim)
+
+
+def _mla_kv_elements_per_layer(fields: _Fields) -> int:
+    """`calculate_mla_kv_cache_dim` for non-DSA MLA: one latent of kv_lora_rank + qk_rope_head_dim, not TP-split."""
+    return fields.positive_int("kv_lora_rank") + fields.positive_int("qk_rope_head_dim")
+
+
+# --- the entry point ------------------------------------------------------------------------------
+
+
+def model_bytes(
+    hf_config: Mapping[str, Any],
+    *,
+    tp_size: int = 1,
+    ssm_dtype: str | None = None,
+    conv_dtype: str = "bfloat16",
+    kv_dtype: str = "auto",
+) -> ModelBytes:
+    """The per-GPU state and KV byte constants SGLang 0.5.23 would size its pools with.
+
+    `tp_size` is the attention-TP width (tp_size, or tp_size / dp_size under DP attention);
+    DCP and pipeline parallelism are not applied. `ssm_dtype` None follows SGLang's precedence
+    (config mamba_ssm_dtype for the models whose SGLang config reads it, else float32); a value
+    acts like `--mamba-ssm-dtype`, which overrides for every family. `conv_dtype` is
+    `SGLANG_MAMBA_CONV_DTYPE`; `kv_dtype` is `--kv-cache-dtype`.
+    """
+    if not isinstance(hf_config, Mapping):
+        raise InputError(f"the model config must be a JSON object, got {type(hf_config).__name__}")
+    if isinstance(tp_size, bool) or not isinstance(tp_size, int) or tp_size <= 0:
+        raise InputError(f"tp_size must be a positive integer, got {tp_size!r}")
+    architecture = _architecture_of(hf_config)
+    if architecture not in _ARCHITECTURES:
+        raise InputError(
+            f"unsupported architecture {architecture!r}: not a hybrid model this advisor sizes "
+            f"(supported: {', '.join(SUPPORTED_ARCHITECTURES)})"
+        )
+    reader, nested = _ARCHITECTURES[architecture]
+    fields = _Fields(hf_config, architecture)
+    if nested:
+        fields = fields.sub("text_config")
+    layout = reader(fields, tp_size)
+
+    conv_name = _state_dtype_name(conv_dtype, "conv dtype")
+    if ssm_dtype is not None:
+        ssm_name = _state_dtype_name(ssm_dtype, "ssm dtype")
+    elif layout.reads_config_ssm_dtype:
+        ssm_name = _config_ssm_dtype(fields.data if nested else hf_config)
+    else:
+        ssm_name = DEFAULT_SSM_DTYPE
+    kv_element_bytes = _kv_dtype_bytes(hf_config, kv_dtype)
+
+    if layout.attention_layers == 0 or layout.attention is None:
+        kv_elements_per_layer = 0
+    elif layout.mla:
+        kv_elements_per_layer = _mla_kv_elements_per_layer(layout.attention)
+    else:
+        kv_elements_per_layer = _gqa_kv_elements_per_layer(layout.attention, tp_size)
+
+    return ModelBytes(
+        family=layout.family,
+        architecture=architecture,
+        num_linear_layers=layout.linear_layers,
+        num_attention_layers=layout.attention_layers,
+        conv_bytes_per_slot=layout.shape.conv_elements * _STATE_DTYPE_BYTES[conv_name] * layout.linear_layers,
+        ssm_bytes_per_slot=layout.shape.ssm_elements * _STATE_DTYPE_BYTES[ssm_name] * layout.linear_layers,
+        kv_bytes_per_token=kv_elements_per_layer * layout.attention_layers * kv_element_bytes,
+        ssm_dtype=ssm_name,
+        conv_dtype=conv_name,
+        kv_dtype_bytes=kv_element_bytes,
+    )
