@@ -1,0 +1,311 @@
+"""The running, recency-weighted picture of one server's workload (pure; `now` is always passed in).
+
+Context length: every finished request's final context (input + output) enters two decaying histograms, one
+weighted per request (what operators quote) and one weighted by residence (output tokens ~ decode steps held),
+which is the distribution the KV pool sees: a request holds KV for as long as it decodes, so long and
+heavy-tailed requests weigh more than their share. Per-request lengths come from request logs when present,
+else are reconstructed from SGLang's marginal prompt/generation histograms and exact sums (independence assumed).
+The live context of the running set (`decode_sum_seq_lens / num_running_reqs`) is kept beside it as a check.
+
+Spikiness: finished requests are grouped into windows (>= `window_min_requests` and >= `window_min_seconds`);
+each window's residence-weighted L enters time-weighted decayed moments of ln L. spikiness = their standard
+deviation (0 for steady traffic, ~0.7 for two regimes a factor 4 apart). The time-weighted mean of 1/L over
+windows is what the recommender turns into r (Jensen: it is >= 1 / mean L, so swings push r up).
+
+Half-life: 1 hour by default. LLM traffic shifts within hours, not days (VPA's 24 h is for container sizing);
+one hour keeps a regime shift from lingering past an afternoon while smoothing minute-scale bursts.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from advisor.estimate.histogram import DecayingHistogram, DecayingMoments
+from advisor.recommend.types import WorkloadSummary
+
+CHECKPOINT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class EstimatorSettings:
+    half_life_seconds: float = 3600.0
+    # Confidence reaches 1 after this much history and this many requests (VPA: 24 h / 1440 samples).
+    confidence_history_seconds: float = 1800.0
+    confidence_requests: float = 2000.0
+    window_min_requests: int = 48
+    window_min_seconds: float = 30.0
+    # SGLang's admission clips max_new_tokens at this for its reservation (environ.py
+    # SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION).
+    clip_max_new_tokens: int = 4096
+
+    def __post_init__(self) -> None:
+        for name in ("half_life_seconds", "confidence_history_seconds", "confidence_requests", "window_min_seconds"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.window_min_requests < 1:
+            raise ValueError(f"window_min_requests must be >= 1, got {self.window_min_requests}")
+
+
+@dataclass
+class ScrapeSample:
+    """What one scrape of one server says about its live state (sums over DP ranks)."""
+
+    running_requests: float
+    queued_requests: float
+    max_running_requests: float | None  # the clamp (sum over DP workers)
+    decode_sum_seq_lens: float | None = None
+    kv_used_tokens: float | None = None
+    kv_capacity_tokens: float | None = None
+    state_slots_used: float | None = None
+    state_pool_slots: float | None = None
+    new_token_ratio: float | None = None
+    retracted_requests: float = 0.0  # delta since the previous scrape
+    retracted_tokens: float = 0.0  # delta (input + output tokens of the retracted)
+
+
+def _bucket_representatives(upper_bounds: Sequence[float]) -> np.ndarray:
+    """A representative length per bucket (geometric middle; the +Inf bucket gets 1.5x its start)."""
+    reps = []
+    lower = 0.0
+    for bound in upper_bounds:
+        if math.isinf(bound):
+            reps.append(max(lower, 1.0) * 1.5)
+        else:
+            reps.append(math.sqrt(max(lower, 1.0) * bound) if lower > 0 else bound / 2)
+        lower = bound
+    return np.asarray(reps, dtype=float)
+
+
+def pairs_from_marginals(
+    prompt_bounds: Sequence[float],
+    prompt_counts: Sequence[float],
+    generation_bounds: Sequence[float],
+    generation_counts: Sequence[float],
+    prompt_sum: float | None = None,
+    generation_sum: float | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(input, output, request weight) pairs from per-bucket counts of the two marginal histograms.
+
+    Pairs every prompt bucket with every generation bucket (independence); representatives are scaled so the
+    sums match SGLang's exact `_sum` (or token totals) when given.
+    """
+    p_counts = np.asarray(prompt_counts, dtype=float)
+    g_counts = np.asarray(generation_counts, dtype=float)
+    n_p, n_g = p_counts.sum(), g_counts.sum()
+    if n_p <= 0 or n_g <= 0:
+        return np.empty(0), np.empty(0), np.empty(0)
+    p_reps = _bucket_representatives(prompt_bounds)
+    g_reps = _bucket_representatives(generation_bounds)
+    if prompt_sum and prompt_sum > 0:
+        p_reps = p_reps * (prompt_sum / float(np.dot(p_reps, p_counts)))
+    if generation_sum and generation_sum > 0:
+        g_reps = g_reps * (generation_sum / float(np.dot(g_reps, g_counts)))
+    p_nz, g_nz = np.nonzero(p_counts > 0)[0], np.nonzero(g_counts > 0)[0]
+    inputs = np.repeat(p_reps[p_nz], len(g_nz))
+    outputs = np.tile(g_reps[g_nz], len(p_nz))
+    weights = np.outer(p_counts[p_nz], g_counts[g_nz]).ravel() / n_g
+    return inputs, outputs, weights
+
+
+class WorkloadEstimator:
+    def __init__(self, settings: EstimatorSettings | None = None) -> None:
+        self.settings = settings or EstimatorSettings()
+        half_life = self.settings.half_life_seconds
+        self.request_context = DecayingHistogram(half_life)  # weight: one per request
+        self.resident_context = DecayingHistogram(half_life)  # weight: residence (output tokens)
+        self.live_context = DecayingHistogram(half_life)  # weight: seconds observed
+        self.window_log_context = DecayingMoments(half_life)  # x = ln(window L), weight: window seconds
+        self.window_inverse_context = DecayingMoments(half_life)  # x = 1 / window L, weight: window seconds
+        self.time = DecayingMoments(half_life)  # scrape seconds; the base of every rate below
+        self.saturated = DecayingMoments(half_life)
+        self.kv_blocked = DecayingMoments(half_life)
+        self.retractions = DecayingMoments(half_life)  # x = retractions per second in the interval
+        self.retracted_tokens = DecayingMoments(half_life)
+        self.kv_usage = DecayingMoments(half_life)
+        self.queue = DecayingMoments(half_life)
+        self.new_token_ratio = DecayingMoments(half_life)
+        self.requests_total = 0.0
+        self.first_time: float | None = None
+        self.last_time: float | None = None
+        self.last_scrape_time: float | None = None
+        # the open spikiness window
+        self.window_start: float | None = None
+        self.window_requests = 0.0
+        self.window_context_residence = 0.0  # sum of (in + out) * out
+        self.window_residence = 0.0  # sum of out
+
+    # -- inputs ---------------------------------------------------------------------------------------
+
+    def _touch(self, now: float) -> None:
+        if self.first_time is None:
+            self.first_time = now
+        self.last_time = now if self.last_time is None else max(self.last_time, now)
+        if self.window_start is None:
+            self.window_start = now
+
+    def observe_requests(self, now: float, lengths: Iterable[tuple[float, float]]) -> int:
+        """Finished requests as (input tokens, output tokens); exact lengths from request logs."""
+        rows = np.asarray([(float(i), float(o)) for i, o in lengths if i >= 0 and o >= 0], dtype=float)
+        if rows.size == 0:
+            return 0
+        self._add(now, rows[:, 0], rows[:, 1], np.ones(len(rows)))
+        return len(rows)
+
+    def observe_marginals(
+        self,
+        now: float,
+        prompt_bounds: Sequence[float],
+        prompt_counts: Sequence[float],
+        generation_bounds: Sequence[float],
+        generation_counts: Sequence[float],
+        prompt_sum: float | None = None,
+        generation_sum: float | None = None,
+    ) -> float:
+        """Per-interval bucket counts of SGLang's two token histograms (no request logs available)."""
+        inputs, outputs, weights = pairs_from_marginals(
+            prompt_bounds, prompt_counts, generation_bounds, generation_counts, prompt_sum, generation_sum
+        )
+        if weights.size == 0:
+            return 0.0
+        self._add(now, inputs, outputs, weights)
+        return float(weights.sum())
+
+    def _add(self, now: float, inputs: np.ndarray, outputs: np.ndarray, weights: np.ndarray) -> None:
+        self._touch(now)
+        context = inputs + outputs
+        residence = np.maximum(outputs, 1.0) * weights
+        count = float(weights.sum())
+        self.request_context.add_many(context, weights, now, samples=count)
+        self.resident_context.add_many(context, residence, now, samples=count)
+        self.requests_total += count
+        self.window_requests += count
+        self.window_context_residence += float(np.dot(context, residence))
+        self.window_residence += float(residence.sum())
+        self._maybe_close_window(now)
+
+    def _maybe_close_window(self, now: float) -> None:
+        assert self.window_start is not None
+        duration = now - self.window_start
+        if self.window_requests < self.settings.window_min_requests or duration < self.settings.window_min_seconds:
+            return
+        if self.window_residence > 0:
+            window_context = self.window_context_residence / self.window_residence
+            if window_context > 0:
+                self.window_log_context.add(math.log(window_context), duration, now)
+                self.window_inverse_context.add(1.0 / window_context, duration, now)
+        self.window_start = now
+        self.window_requests = self.window_context_residence = self.window_residence = 0.0
+
+    def observe_scrape(self, now: float, sample: ScrapeSample) -> None:
+        """One scrape's live state; the interval since the previous scrape weights it."""
+        self._touch(now)
+        if self.last_scrape_time is None or now <= self.last_scrape_time:
+            self.last_scrape_time = now
+            return
+        interval = now - self.last_scrape_time
+        self.last_scrape_time = now
+        self.time.add(1.0, interval, now)
+        running, queued = sample.running_requests, sample.queued_requests
+        clamp = sample.max_running_requests
+        at_clamp = clamp is not None and clamp > 0 and running >= clamp
+        self.saturated.add(1.0 if (at_clamp and queued > 0) else 0.0, interval, now)
+        self.kv_blocked.add(1.0 if (queued > 0 and not at_clamp) else 0.0, interval, now)
+        self.retractions.add(sample.retracted_requests / interval, interval, now)
+        self.retracted_tokens.add(sample.retracted_tokens / interval, interval, now)
+        self.queue.add(queued, interval, now)
+        if sample.kv_used_tokens is not None and sample.kv_capacity_tokens:
+            self.kv_usage.add(sample.kv_used_tokens / sample.kv_capacity_tokens, interval, now)
+        if sample.new_token_ratio is not None:
+            self.new_token_ratio.add(sample.new_token_ratio, interval, now)
+        if sample.decode_sum_seq_lens is not None and running > 0:
+            self.live_context.add(sample.decode_sum_seq_lens / running, interval, now)
+
+    # -- outputs --------------------------------------------------------------------------------------
+
+    def confidence(self, now: float) -> float:
+        """VPA's rule: the smaller of history span and sample count, each against its own yardstick."""
+        if self.first_time is None:
+            return 0.0
+        span = max(0.0, now - self.first_time) / self.settings.confidence_history_seconds
+        count = self.requests_total / self.settings.confidence_requests
+        return min(span, count)
+
+    def effective_context_length(self) -> float | None:
+        """The L the KV pool sees: the residence-weighted mean final context of finished requests."""
+        return self.resident_context.mean()
+
+    def windowed_inverse_context(self) -> float | None:
+        """Time-weighted mean over windows of 1 / (window L), falling back to the pooled estimate."""
+        value = self.window_inverse_context.mean()
+        if value is None:
+            pooled = self.effective_context_length()
+            return None if not pooled else 1.0 / pooled
+        return value
+
+    def spikiness(self) -> float:
+        value = self.window_log_context.std()
+        return 0.0 if value is None else value
+
+    def summary(self, now: float) -> WorkloadSummary:
+        history = 0.0 if self.first_time is None else max(0.0, now - self.first_time)
+        return WorkloadSummary(
+            context_length_mean=self.request_context.mean(),
+            context_length_p50=self.request_context.percentile(0.5),
+            context_length_p90=self.request_context.percentile(0.9),
+            context_length_p99=self.request_context.percentile(0.99),
+            live_context_mean=self.live_context.mean(),
+            effective_context_length=self.effective_context_length(),
+            spikiness=self.spikiness(),
+            retractions_per_second=self.retractions.mean(),
+            retracted_tokens_per_second=self.retracted_tokens.mean(),
+            state_pool_saturation_ratio=self.saturated.mean(),
+            kv_blocked_ratio=self.kv_blocked.mean(),
+            requests_observed=self.requests_total,
+            history_seconds=history,
+        )
+
+    def mean_new_token_ratio(self) -> float | None:
+        return self.new_token_ratio.mean()
+
+    def mean_kv_usage(self) -> float | None:
+        return self.kv_usage.mean()
+
+    # -- checkpoint -----------------------------------------------------------------------------------
+
+    _HISTOGRAMS = ("request_context", "resident_context", "live_context")
+    _MOMENTS = ("window_log_context", "window_inverse_context", "time", "saturated", "kv_blocked", "retractions",
+                "retracted_tokens", "kv_usage", "queue", "new_token_ratio")
+    _SCALARS = ("requests_total", "first_time", "last_time", "last_scrape_time", "window_start", "window_requests",
+                "window_context_residence", "window_residence")
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"version": CHECKPOINT_VERSION, "settings": asdict(self.settings)}
+        for name in self._HISTOGRAMS:
+            out[name] = getattr(self, name).to_dict()
+        for name in self._MOMENTS:
+            out[name] = getattr(self, name).to_dict()
+        for name in self._SCALARS:
+            out[name] = getattr(self, name)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], settings: EstimatorSettings | None = None) -> WorkloadEstimator:
+        """Restore; raises ValueError (or KeyError/TypeError) on a checkpoint that is not ours."""
+        if data.get("version") != CHECKPOINT_VERSION:
+            raise ValueError(f"checkpoint version {data.get('version')!r} is not {CHECKPOINT_VERSION}")
+        estimator = cls(settings or EstimatorSettings(**data["settings"]))
+        for name in cls._HISTOGRAMS:
+            setattr(estimator, name, DecayingHistogram.from_dict(data[name]))
+        for name in cls._MOMENTS:
+            setattr(estimator, name, DecayingMoments.from_dict(data[name]))
+        for name in cls._SCALARS:
+            value = data[name]
+            if value is not None and not isinstance(value, (int, float)):
+                raise ValueError(f"checkpoint field {name} is not a number")
+            setattr(estimator, name, value)
+        return estimator

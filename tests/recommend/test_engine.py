@@ -1,0 +1,96 @@
+"""The online recommender's required properties."""
+
+import math
+
+import pytest
+
+from advisor.estimate.workload import EstimatorSettings, WorkloadEstimator
+from advisor.model.pools import GIB, ByteConstants, optimal_ratio
+from advisor.model.serving import ServingConfig
+from advisor.recommend.engine import RecommenderSettings, ServerModel, WorkloadPicture, recommend
+
+CONSTANTS = ByteConstants(13.50 * GIB / 258, 15.03 * GIB / 1167553)
+REST = 28.53 * GIB
+EST = EstimatorSettings(window_min_requests=20, window_min_seconds=10)
+
+
+def picture_of(est, now):
+    return WorkloadPicture(est.summary(now), est.windowed_inverse_context(), est.confidence(now))
+
+
+def run(lengths_per_phase, phases=1, seconds=2.0):
+    est = WorkloadEstimator(EST)
+    t = 0.0
+    for _ in range(phases):
+        for lengths in lengths_per_phase:
+            for i in range(0, len(lengths), 10):
+                est.observe_requests(t, lengths[i : i + 10])
+                t += seconds
+    return est, t
+
+
+def model(**kwargs):
+    return ServerModel(serving=ServingConfig(**kwargs), constants=CONSTANTS, rest_bytes=REST)
+
+
+def test_point_mass_equals_seed_ratio():
+    est, now = run([[(8192, 1024)] * 600])
+    rec = recommend(model(strategy="extra_buffer_lazy"), picture_of(est, now), RecommenderSettings())
+    seed = optimal_ratio(9216, CONSTANTS.token_equiv, slots=4)
+    assert rec.ratio == pytest.approx(seed, rel=0.01)
+    assert rec.decision == "raise_ratio"
+    assert "up" not in rec.reason.split("r*")[-1]  # no bias applied to a steady workload
+    assert rec.binding_pool_live == "state" and rec.binding_pool_recommended == "balanced"
+    assert rec.predicted_gain_ratio == pytest.approx(86 / 64, rel=0.02)  # clamp 64 -> 86 at S = 4
+
+
+@pytest.mark.parametrize("state_bias", [0.0, 0.5, 2.0])
+def test_alternating_regimes_at_least_time_averaged_l(state_bias):
+    est, now = run([[(1500, 500)] * 300, [(30000, 2000)] * 300], phases=4)
+    rec = recommend(model(), picture_of(est, now), RecommenderSettings(state_bias=state_bias))
+    time_averaged = (2000 + 32000) / 2
+    assert rec.ratio >= optimal_ratio(time_averaged, CONSTANTS.token_equiv, slots=5)
+    if state_bias > 0:
+        assert "biased up" in rec.reason
+
+
+def test_bias_knob_scales_with_spikiness():
+    est, now = run([[(1500, 500)] * 300, [(30000, 2000)] * 300], phases=4)
+    low = recommend(model(), picture_of(est, now), RecommenderSettings(state_bias=0.0))
+    high = recommend(model(), picture_of(est, now), RecommenderSettings(state_bias=1.0))
+    assert high.ratio / low.ratio == pytest.approx(math.exp(est.spikiness()), rel=1e-6)
+
+
+def test_hold_inside_bounds_and_insufficient_data():
+    est, now = run([[(8192, 1024)] * 600])
+    seed = optimal_ratio(9216, CONSTANTS.token_equiv, slots=5)
+    rec = recommend(model(mamba_full_memory_ratio=seed * 1.03), picture_of(est, now), RecommenderSettings())
+    assert rec.decision == "hold"
+    young, t = run([[(8192, 1024)] * 20])
+    assert recommend(model(), picture_of(young, t), RecommenderSettings()).decision == "insufficient_data"
+
+
+def test_long_context_pins_and_dcp_pins():
+    est, now = run([[(190_000, 10_000)] * 300])
+    rec = recommend(model(), picture_of(est, now), RecommenderSettings())
+    assert rec.decision == "pin_state_pool"
+    assert rec.recommended_max_mamba_cache_size % 5 == 0
+    est2, now2 = run([[(8192, 1024)] * 300])
+    assert recommend(model(dcp_size=8), picture_of(est2, now2), RecommenderSettings()).decision == "pin_state_pool"
+
+
+def test_unified_memory_and_stale():
+    est, now = run([[(8192, 1024)] * 300])
+    assert recommend(model(unified_memory=True), picture_of(est, now), RecommenderSettings()).decision == "unified_memory"
+    assert recommend(model(), picture_of(est, now), RecommenderSettings(), inputs_stale=True).decision == "inputs_stale"
+
+
+def test_closed_loop_nudges_up_when_state_pool_saturates_unexpectedly():
+    est, now = run([[(8192, 1024)] * 600])
+    seed = optimal_ratio(9216, CONSTANTS.token_equiv, slots=5)
+    picture = picture_of(est, now)
+    plain = recommend(model(mamba_full_memory_ratio=seed), picture, RecommenderSettings())
+    picture.summary.state_pool_saturation_ratio = 0.8
+    nudged = recommend(model(mamba_full_memory_ratio=seed), picture, RecommenderSettings())
+    assert nudged.ratio > plain.ratio
+    assert any("saturated" in note for note in nudged.notes)
