@@ -1,0 +1,1 @@
+"""estimate: running, recency-weighted pictures of a server's workload (pure; `now` is passed in)."""
