@@ -1,0 +1,240 @@
+"""Fetch and read SGLang's `/server_info` (the serving config and per-DP-shard pool sizes) and `/v1/loads`.
+
+Field names follow SGLang 0.5.23 (`entrypoints/http_server.py`, `managers/scheduler_components/
+internal_state.py`, `managers/load_snapshot.py`) with fallbacks for older releases: `/get_server_info`
+before 0.5.10, `mamba_scheduler_strategy` before 0.5.16, `/get_load` before `/v1/loads`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from advisor.errors import InputError
+from advisor.model.serving import STRATEGIES, ConfigError, ServingConfig
+from advisor.sources.http import FetchResult, HttpClient
+
+# SGLang 0.5.23 arg_groups/fields/exec_.py: ReplaySSM spec-verify moves the D intermediate states off the
+# per-request slot budget (the seed's caveat: D = 0). `enable_linear_replayssm` (decode only) does not.
+REPLAYSSM_SPEC_FIELD = "enable_linear_replayssm_spec"
+SKIP_DECODE_LOCK_ENV = "SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK"
+
+
+@dataclass(frozen=True)
+class ServerShard:
+    """One DP shard's computed pool sizes, from `internal_states[i]` (these differ from the user flags)."""
+
+    dp_rank: int
+    max_mamba_cache_size: int | None
+    effective_max_running_requests: int | None
+    kv_capacity_tokens: int | None
+    kv_cache_gb: float | None
+    weight_gb: float | None
+    startup_available_gb: float | None
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    serving: ServingConfig
+    version: str | None
+    model_name: str | None
+    shards: list[ServerShard]
+
+
+@dataclass(frozen=True)
+class LoadShard:
+    """One DP rank of `/v1/loads` (live counts and the effective caps). No mamba fields exist there."""
+
+    dp_rank: int
+    running_requests: int
+    waiting_requests: int
+    max_running_requests: int | None
+    max_total_num_tokens: int | None
+    num_used_tokens: int | None
+
+
+def _join(base_url: str, path: str) -> str:
+    return base_url.rstrip("/") + path
+
+
+def fetch_server_info(client: HttpClient, base_url: str) -> FetchResult:
+    """GET `/server_info`, or the pre-0.5.10 `/get_server_info` when the first answers 404."""
+    result = client.get_json(_join(base_url, "/server_info"))
+    if result.status == 404:
+        return client.get_json(_join(base_url, "/get_server_info"))
+    return result
+
+
+def fetch_loads(client: HttpClient, base_url: str) -> FetchResult:
+    """GET `/v1/loads`, or the older `/get_load` when the first answers 404."""
+    result = client.get_json(_join(base_url, "/v1/loads"))
+    if result.status == 404:
+        return client.get_json(_join(base_url, "/get_load"))
+    return result
+
+
+def _int(body: dict[str, Any], name: str, *, where: str = "server_info") -> int | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or (isinstance(value, float) and not value.is_integer())
+    ):
+        raise InputError(f"{where}: {name}={value!r} is not an integer")
+    return int(value)
+
+
+def _int_or(body: dict[str, Any], name: str, default: int, *, where: str = "server_info") -> int:
+    value = _int(body, name, where=where)
+    return default if value is None else value
+
+
+def _float(
+    body: dict[str, Any], name: str, default: float | None = None, *, where: str = "server_info"
+) -> float | None:
+    value = body.get(name)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InputError(f"{where}: {name}={value!r} is not a number")
+    return float(value)
+
+
+def _float_or(body: dict[str, Any], name: str, default: float) -> float:
+    value = _float(body, name)
+    return default if value is None else value
+
+
+def _bool(body: dict[str, Any], name: str, *, where: str = "server_info") -> bool:
+    value = body.get(name)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise InputError(f"{where}: {name}={value!r} is not a boolean")
+    return value
+
+
+def _str(body: dict[str, Any], name: str, *, where: str = "server_info") -> str | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InputError(f"{where}: {name}={value!r} is not a string")
+    return value
+
+
+def _truthy_env(value: object) -> bool:
+    return str(value).strip().lower() in ("1", "true", "yes", "on")
+
+
+def _serving_config(body: dict[str, Any], first_shard: dict[str, Any] | None) -> ServingConfig:
+    strategy_field = (
+        "mamba_radix_cache_strategy" if "mamba_radix_cache_strategy" in body else "mamba_scheduler_strategy"
+    )
+    strategy = _str(body, strategy_field) or "auto"
+    if strategy not in STRATEGIES:
+        raise InputError(
+            f"server_info: unknown {strategy_field} {strategy!r}; expected one of {', '.join(STRATEGIES)}"
+        )
+    env_vars = (first_shard or {}).get("env_vars")
+    skip_decode_lock = isinstance(env_vars, dict) and _truthy_env(env_vars.get(SKIP_DECODE_LOCK_ENV, ""))
+    try:
+        return ServingConfig(
+            strategy=strategy,
+            disable_radix_cache=_bool(body, "disable_radix_cache"),
+            disable_overlap_schedule=_bool(body, "disable_overlap_schedule"),
+            pp_size=_int_or(body, "pp_size", 1),
+            tp_size=_int_or(body, "tp_size", 1),
+            dp_size=_int_or(body, "dp_size", 1),
+            attn_dp_size=_int_or(body, "attn_dp_size", 1),
+            dcp_size=_int_or(body, "dcp_size", 1),
+            page_size=_int_or(body, "page_size", 1),
+            skip_decode_lock=skip_decode_lock,
+            speculative_algorithm=_str(body, "speculative_algorithm"),
+            draft_tokens=_int_or(body, "speculative_num_draft_tokens", 0),
+            replayssm=_bool(body, REPLAYSSM_SPEC_FIELD),
+            mamba_full_memory_ratio=_float_or(body, "mamba_full_memory_ratio", 0.9),
+            max_mamba_cache_size=_int(body, "max_mamba_cache_size"),
+            max_running_requests=_int(body, "max_running_requests"),
+            mem_fraction_static=_float(body, "mem_fraction_static"),
+            kv_cache_dtype=_str(body, "kv_cache_dtype") or "auto",
+            mamba_ssm_dtype=_str(body, "mamba_ssm_dtype"),
+            unified_memory=_bool(body, "enable_unified_memory"),
+        )
+    except ConfigError as exc:
+        raise InputError(f"server_info: {exc}") from None
+
+
+def _shard(index: int, entry: Any) -> ServerShard:
+    where = f"server_info internal_states[{index}]"
+    if not isinstance(entry, dict):
+        raise InputError(f"{where} is not an object")
+    memory = entry.get("memory_usage")
+    if memory is None:
+        memory = {}
+    if not isinstance(memory, dict):
+        raise InputError(f"{where}.memory_usage is not an object")
+    memory_where = f"{where}.memory_usage"
+    return ServerShard(
+        dp_rank=_int_or(entry, "dp_rank", index, where=where),
+        max_mamba_cache_size=_int(entry, "max_mamba_cache_size", where=where),
+        effective_max_running_requests=_int(entry, "effective_max_running_requests_per_dp", where=where),
+        kv_capacity_tokens=_int(memory, "token_capacity", where=memory_where),
+        kv_cache_gb=_float(memory, "kvcache", where=memory_where),
+        weight_gb=_float(memory, "weight", where=memory_where),
+        startup_available_gb=_float(memory, "startup_available", where=memory_where),
+    )
+
+
+def parse_server_info(body: dict[str, Any]) -> ServerInfo:
+    """Turn a `/server_info` body into the serving config and the per-shard pool sizes."""
+    if not isinstance(body, dict):
+        raise InputError(f"server_info: expected a JSON object, got {type(body).__name__}")
+    states = body.get("internal_states")
+    if states is None:
+        states = []
+    if not isinstance(states, list):
+        raise InputError("server_info: internal_states is not a list")
+    shards = [_shard(index, entry) for index, entry in enumerate(states)]
+    first_shard = states[0] if states and isinstance(states[0], dict) else None
+    model_name = _str(body, "served_model_name") or _str(body, "model_path")
+    version = body.get("version")
+    return ServerInfo(
+        serving=_serving_config(body, first_shard),
+        version=str(version) if version is not None else None,
+        model_name=model_name,
+        shards=shards,
+    )
+
+
+def parse_loads(body: dict[str, Any] | list[Any]) -> list[LoadShard]:
+    """`/v1/loads` (`{"loads": [...]}`) or the older `/get_load` list, one LoadShard per DP rank."""
+    if isinstance(body, dict):
+        entries = body.get("loads")
+        if not isinstance(entries, list):
+            raise InputError("v1/loads: no 'loads' list in the response")
+    elif isinstance(body, list):
+        entries = body
+    else:
+        raise InputError(f"v1/loads: expected a JSON object, got {type(body).__name__}")
+    shards = []
+    for index, entry in enumerate(entries):
+        where = f"v1/loads loads[{index}]"
+        if not isinstance(entry, dict):
+            raise InputError(f"{where} is not an object")
+        running = _int(entry, "num_running_reqs", where=where)
+        if running is None:
+            running = _int(entry, "num_reqs", where=where)  # /get_load before 0.5.10
+        shards.append(
+            LoadShard(
+                dp_rank=_int_or(entry, "dp_rank", index, where=where),
+                running_requests=running or 0,
+                waiting_requests=_int_or(entry, "num_waiting_reqs", 0, where=where),
+                max_running_requests=_int(entry, "max_running_requests", where=where),
+                max_total_num_tokens=_int(entry, "max_total_num_tokens", where=where),
+                num_used_tokens=_int(entry, "num_used_tokens", where=where),
+            )
+        )
+    return sorted(shards, key=lambda shard: shard.dp_rank)
