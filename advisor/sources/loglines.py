@@ -1,0 +1,618 @@
+"""Parse SGLang log lines into events: batch stats, retractions, OOMs, finished requests and boot blocks.
+
+Pure: lines in, dataclasses out; the caller supplies the lines (see `advisor.sources.follow`). Templates are
+SGLang 0.5.23's (`managers/scheduler_components/metrics_reporter.py`, `pool_stats_observer.py`,
+`managers/scheduler.py`, `utils/request_logger.py`, `observability/request_metrics_exporter.py`) plus the
+older retraction wordings. Unknown or garbled lines are counted, never raised.
+"""
+
+from __future__ import annotations
+
+import calendar
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+# The event classes use slots and no frozen guard: a busy server writes thousands of lines a second and
+# frozen dataclasses cost twice as much to build. Treat them as read-only.
+
+
+@dataclass(slots=True)
+class StatsLine:
+    """One `Prefill batch` or `Decode batch` line (printed once per DP rank, by its stats-logging rank)."""
+
+    time: float | None
+    dp_rank: int | None
+    kind: str  # 'prefill' | 'decode'
+    running_requests: int
+    queued_requests: int
+    kv_used_tokens: int | None  # decode only: `#full token:` (hybrid) or `#token:` (plain)
+    full_token_usage: float | None  # `full token usage:` (hybrid) or `token usage:` (plain)
+    mamba_used_slots: int | None  # decode only: `mamba num:`
+    mamba_usage: float | None
+    gen_throughput: float | None  # decode only
+    new_tokens: int | None  # prefill only
+    cached_tokens: int | None  # prefill only
+    accept_length: float | None = None  # decode with speculative decoding
+
+
+@dataclass(slots=True)
+class Retraction:
+    """A decode-OOM retraction event, counted once even though every TP rank prints it."""
+
+    time: float | None
+    dp_rank: int | None
+    retracted_requests: int
+    new_tokens_gained: int | None
+    mamba_slots_gained: int | None
+    ratio_before: float | None
+    ratio_after: float | None
+    tp_rank: int | None = None
+
+
+@dataclass(slots=True)
+class OomLine:
+    """A hard out-of-memory error (a crash, not a retraction)."""
+
+    time: float | None
+    dp_rank: int | None
+    kind: str  # 'decode' | 'prefill' | 'req_slots'
+    message: str
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """One finished request's exact lengths (from --log-requests or --export-metrics-to-file)."""
+
+    time: float | None
+    rid: str | None
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int  # 0 when the log does not say
+    num_retractions: int  # 0 when the log does not say (SGLang before per-request retraction counts)
+    e2e_latency: float | None
+    source: str = ""  # 'json' (--log-requests-format json) | 'text' (Finish: ...) | 'export' (metrics file)
+
+
+@dataclass(slots=True)
+class BootBlock:
+    """The lines of one server boot (server_args / Load weight begin .. caps line / fired up)."""
+
+    time: float | None
+    lines: list[str] = field(default_factory=list)
+
+
+LogEvent = StatsLine | Retraction | OomLine | RequestRecord | BootBlock
+
+# ------------------------------------------------------------------------------------------------ prefix
+
+_RANK_NAMES = {"DP": "dp", "PP": "pp", "ATTN_CP": "attn_cp", "MOE_DP": "moe_dp", "TP": "tp", "EP": "ep"}
+
+
+@dataclass(slots=True)
+class _Head:
+    time: float | None
+    dp_rank: int | None
+    tp_rank: int | None
+    process: tuple[int, ...]  # (pp, attn_cp, moe_dp, tp): which scheduler process printed the line
+
+
+_HEAD_CACHE: dict[str, _Head | None] = {}
+_HEAD_CACHE_LIMIT = 4096
+
+
+def _parse_timestamp(text: str) -> float | None:
+    """`YYYY-MM-DD HH:MM:SS[.mmm]` -> epoch seconds, the wall clock read as UTC."""
+    if (
+        len(text) < 19
+        or text[4] != "-"
+        or text[7] != "-"
+        or text[10] not in " T"
+        or text[13] != ":"
+        or text[16] != ":"
+    ):
+        return None
+    try:
+        seconds = calendar.timegm(
+            (
+                int(text[0:4]),
+                int(text[5:7]),
+                int(text[8:10]),
+                int(text[11:13]),
+                int(text[14:16]),
+                int(text[17:19]),
+            )
+        )
+        fraction = float("0" + text[19:]) if len(text) > 19 and text[19] == "." else 0.0
+    except ValueError:
+        return None
+    return seconds + fraction
+
+
+def _parse_head(head: str) -> _Head | None:
+    """`2026-10-30 12:00:00[.123][ DP1][ PP0][ ATTN_CP0][ MOE_DP0][ TP4][ EP4]` -> _Head, or None."""
+    parts = head.split(" ")
+    if len(parts) < 2:
+        return None
+    time = _parse_timestamp(parts[0] + " " + parts[1])
+    if time is None:
+        return None
+    ranks: dict[str, int] = {}
+    for token in parts[2:]:
+        name = token.rstrip("0123456789")
+        key = _RANK_NAMES.get(name)
+        if key is None or len(name) == len(token):
+            return None
+        ranks[key] = int(token[len(name) :])
+    process = (ranks.get("pp", 0), ranks.get("attn_cp", 0), ranks.get("moe_dp", 0), ranks.get("tp", -1))
+    return _Head(time, ranks.get("dp"), ranks.get("tp"), process)
+
+
+_NO_HEAD = _Head(None, None, None, (0, 0, 0, -1))
+
+
+def _split_line(line: str) -> tuple[_Head | None, str]:
+    """(prefix info, message). Head None means the line starts with '[' but the prefix is garbled."""
+    if not line.startswith("["):
+        return _NO_HEAD, line
+    close = line.find("]", 19)
+    if close < 0:
+        return None, line
+    head_text = line[1:close]
+    head = _HEAD_CACHE.get(head_text, _NO_HEAD)
+    if head is _NO_HEAD:
+        if len(_HEAD_CACHE) >= _HEAD_CACHE_LIMIT:
+            _HEAD_CACHE.clear()
+        head = _HEAD_CACHE[head_text] = _parse_head(head_text)
+    start = close + 2 if line.startswith(" ", close + 1) else close + 1
+    return head, line[start:]
+
+
+# ------------------------------------------------------------------------------------------------ messages
+
+_RETRACT_STARTS = (
+    "KV cache pool is full. Retract requests.",  # 0.5.5+ (info), 0.5.10+ (warning)
+    "Testing retraction.",  # SGLANG_TEST_RETRACT hook
+    "Decode out of memory happened",  # early 2025
+    "decode out of memory happened",  # oldest
+)
+_RETRACTED = re.compile(r"#retracted_reqs: (\d+)")
+_GAINED = re.compile(r"#new_tokens_gained: (-?\d+)")
+_MAMBA_GAINED = re.compile(r"#mamba_num_gained: (-?\d+)")
+_RATIO = re.compile(r"#new_token_ratio: ([-\d.]+) -> ([-\d.]+)")
+_OOM_STARTS = (
+    ("Decode out of memory.", "decode"),
+    ("Prefill out of memory.", "prefill"),
+    ("alloc_req_slots runs out of memory", "req_slots"),
+)
+_UVICORN_LEVELS = ("INFO:", "WARNING:", "ERROR:", "DEBUG:", "CRITICAL:", "TRACE:")
+
+# Finish: obj=..., out={'meta_info': {...}} (utils/request_logger.py); tolerant of either quote style.
+_TEXT_FIELDS = {
+    name: re.compile(r"['\"]" + name + r"['\"]\s*:\s*(-?[\d.eE+-]+)")
+    for name in ("prompt_tokens", "completion_tokens", "cached_tokens", "num_retractions", "e2e_latency")
+}
+_TEXT_RID = re.compile(r"""\brid=['"]([^'"]*)['"]""")
+_TEXT_ID = re.compile(r"""['"]id['"]\s*:\s*['"]([^'"]*)['"]""")
+
+# Recognised but carrying nothing we read (kept out of the unparsed count).
+_KNOWN_STARTS = (
+    "Load weight",
+    "Mamba Cache is allocated",
+    "KV Cache is allocated",
+    "Memory pool end",
+    "Capture ",
+    "max_total_num_tokens=",
+    "max_running_requests",
+    "Max running requests",
+    "The server is fired up",
+    "server_args=",
+    "retract_decode:",
+    "Health check failed",
+    "Post-capture KV sizing",
+    "Receive:",
+    "Receive OpenAI:",
+)
+
+
+def _int_or_none(fields: dict[str, str], key: str) -> int | None:
+    value = fields.get(key)
+    return None if value is None else int(value)
+
+
+def _float_or_none(fields: dict[str, str], key: str) -> float | None:
+    value = fields.get(key)
+    return None if value is None else float(value)
+
+
+# Fast paths for the exact 0.5.23 hybrid-SSM lines without spec decoding (the bulk of a busy log); any other
+# shape goes through the general field split below, which gives the same numbers.
+_HYBRID_DECODE = re.compile(
+    r"Decode batch, #running-req: (\d+), #full token: (\d+), full token usage: ([\d.]+), mamba num: (\d+), "
+    r"mamba usage: ([\d.]+), cuda graph: (?:True|False), gen throughput \(token/s\): ([\d.]+), #queue-req: (\d+)"
+)
+_HYBRID_PREFILL = re.compile(
+    r"Prefill batch, #new-seq: \d+, #new-token: (\d+), #cached-token: (\d+), full token usage: ([\d.]+), "
+    r"mamba usage: ([\d.]+), #running-req: (\d+), #queue-req: (\d+), #pending-token: \d+, "
+    r"cuda graph: (?:True|False), input throughput \(token/s\): [\d.]+"
+)
+
+
+def _parse_stats(message: str, kind: str, head: _Head) -> StatsLine | None:
+    if kind == "decode":
+        match = _HYBRID_DECODE.fullmatch(message)
+        if match is not None:
+            running, kv_used, full_usage, mamba_num, mamba_usage, throughput, queued = match.groups()
+            return StatsLine(
+                head.time,
+                head.dp_rank,
+                "decode",
+                int(running),
+                int(queued),
+                int(kv_used),
+                float(full_usage),
+                int(mamba_num),
+                float(mamba_usage),
+                float(throughput),
+                None,
+                None,
+                None,
+            )
+    else:
+        match = _HYBRID_PREFILL.fullmatch(message)
+        if match is not None:
+            new_tokens, cached, full_usage, mamba_usage, running, queued = match.groups()
+            return StatsLine(
+                head.time,
+                head.dp_rank,
+                "prefill",
+                int(running),
+                int(queued),
+                None,
+                float(full_usage),
+                None,
+                float(mamba_usage),
+                None,
+                int(new_tokens),
+                int(cached),
+                None,
+            )
+    return _parse_stats_fields(message, kind, head)
+
+
+def _parse_stats_fields(message: str, kind: str, head: _Head) -> StatsLine | None:
+    start = message.find("#")
+    if start < 0:
+        return None
+    fields: dict[str, str] = {}
+    for piece in message[start:].split(", "):
+        key, sep, value = piece.partition(": ")
+        if sep:
+            fields[key] = value.rstrip(", ")
+    running = fields.get("#running-req")
+    queued = fields.get("#queue-req")
+    if running is None or queued is None:
+        return None
+    try:
+        kv_used = fields.get("#full token")
+        if kv_used is None:
+            kv_used = fields.get("#token")
+        full_usage = fields.get("full token usage")
+        if full_usage is None:
+            full_usage = fields.get("token usage")
+        return StatsLine(
+            time=head.time,
+            dp_rank=head.dp_rank,
+            kind=kind,
+            running_requests=int(running),
+            queued_requests=int(queued),
+            kv_used_tokens=None if kv_used is None else int(kv_used),
+            full_token_usage=None if full_usage is None else float(full_usage),
+            mamba_used_slots=_int_or_none(fields, "mamba num"),
+            mamba_usage=_float_or_none(fields, "mamba usage"),
+            gen_throughput=_float_or_none(fields, "gen throughput (token/s)"),
+            new_tokens=_int_or_none(fields, "#new-token"),
+            cached_tokens=_int_or_none(fields, "#cached-token"),
+            accept_length=_float_or_none(fields, "accept len"),
+        )
+    except ValueError:
+        return None
+
+
+def _parse_retraction(message: str, head: _Head) -> Retraction | None:
+    count = _RETRACTED.search(message)
+    if count is None:
+        return None
+    gained = _GAINED.search(message)
+    mamba = _MAMBA_GAINED.search(message)
+    ratio = _RATIO.search(message)
+    try:
+        return Retraction(
+            time=head.time,
+            dp_rank=head.dp_rank,
+            retracted_requests=int(count.group(1)),
+            new_tokens_gained=int(gained.group(1)) if gained else None,
+            mamba_slots_gained=int(mamba.group(1)) if mamba else None,
+            ratio_before=float(ratio.group(1)) if ratio else None,
+            ratio_after=float(ratio.group(2)) if ratio else None,
+            tp_rank=head.tp_rank,
+        )
+    except ValueError:
+        return None
+
+
+def _iso_time(value: Any) -> float | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return calendar.timegm(moment.timetuple()) + moment.microsecond / 1e6
+
+
+def _count(value: Any, default: int | None = 0) -> int | None:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"not a count: {value!r}")
+    return int(value)
+
+
+def _record_from_meta(
+    meta: dict[str, Any], time: float | None, rid: Any, source: str
+) -> RequestRecord | None:
+    try:
+        prompt = _count(meta.get("prompt_tokens"), None)
+        completion = _count(meta.get("completion_tokens"), None)
+        if prompt is None or completion is None:
+            return None
+        latency = meta.get("e2e_latency")
+        return RequestRecord(
+            time=time,
+            rid=None if rid is None else str(rid),
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            cached_tokens=_count(meta.get("cached_tokens")) or 0,
+            num_retractions=_count(meta.get("num_retractions")) or 0,
+            e2e_latency=float(latency)
+            if isinstance(latency, (int, float)) and not isinstance(latency, bool)
+            else None,
+            source=source,
+        )
+    except ValueError:
+        return None
+
+
+def _parse_json_message(message: str, head: _Head) -> tuple[RequestRecord | None, bool]:
+    """(record, recognised). `--log-requests-format json` lines and `--export-metrics-to-file` lines."""
+    try:
+        data = json.loads(message)
+    except ValueError:
+        return None, False
+    if not isinstance(data, dict):
+        return None, False
+    event = data.get("event")
+    if event is not None:
+        if event != "request.finished":
+            return None, True  # another request event (received, ...): nothing we read
+        out = data.get("out")
+        meta = out.get("meta_info") if isinstance(out, dict) else None
+        if not isinstance(meta, dict):
+            return None, False
+        time = _iso_time(data.get("timestamp"))
+        record = _record_from_meta(meta, time if time is not None else head.time, data.get("rid"), "json")
+        return record, record is not None
+    if "prompt_tokens" in data:  # the export file: meta_info fields at the top level
+        rid: Any = None
+        parameters = data.get("request_parameters")
+        if isinstance(parameters, str):
+            try:
+                parsed = json.loads(parameters)
+            except ValueError:
+                parsed = None
+            if isinstance(parsed, dict):
+                rid = parsed.get("rid")
+        if rid is None:
+            rid = data.get("id")
+        record = _record_from_meta(data, head.time, rid, "export")
+        return record, record is not None
+    return None, False
+
+
+def _parse_finish_text(message: str, head: _Head) -> RequestRecord | None:
+    out_at = message.rfind("meta_info")
+    if out_at < 0:
+        out_at = message.find("out=")
+    if out_at < 0:
+        return None
+    tail = message[out_at:]
+    values: dict[str, float] = {}
+    for name, pattern in _TEXT_FIELDS.items():
+        match = pattern.search(tail)
+        if match is not None:
+            try:
+                values[name] = float(match.group(1))
+            except ValueError:
+                return None
+    if "prompt_tokens" not in values or "completion_tokens" not in values:
+        return None
+    rid_match = _TEXT_RID.search(message) or _TEXT_ID.search(tail)
+    return RequestRecord(
+        time=head.time,
+        rid=rid_match.group(1) if rid_match else None,
+        prompt_tokens=int(values["prompt_tokens"]),
+        completion_tokens=int(values["completion_tokens"]),
+        cached_tokens=int(values.get("cached_tokens", 0)),
+        num_retractions=int(values.get("num_retractions", 0)),
+        e2e_latency=values.get("e2e_latency"),
+        source="text",
+    )
+
+
+# Outcome codes of _classify.
+_EVENT, _KNOWN, _IGNORED, _UNPARSED = range(4)
+
+
+def _classify(line: str) -> tuple[LogEvent | None, int, _Head | None, str]:
+    """(event, outcome, head, message) for one line without its newline."""
+    head, message = _split_line(line)
+    if head is None:
+        return None, _UNPARSED, None, message
+    if not message or message.isspace():
+        return None, _IGNORED, head, message
+    first = message[0]
+    if first == "D":
+        if message.startswith("Decode batch"):
+            stats = _parse_stats(message, "decode", head)
+            return stats, _EVENT if stats else _UNPARSED, head, message
+        if message.startswith("Decode out of memory happened"):
+            event = _parse_retraction(message, head)
+            return event, _EVENT if event else _UNPARSED, head, message
+    elif first == "P" and message.startswith("Prefill batch"):
+        stats = _parse_stats(message, "prefill", head)
+        return stats, _EVENT if stats else _UNPARSED, head, message
+    elif first == "{":
+        record, recognised = _parse_json_message(message, head)
+        if record is not None:
+            return record, _EVENT, head, message
+        return None, _KNOWN if recognised else _UNPARSED, head, message
+    if message.startswith(_RETRACT_STARTS):
+        event = _parse_retraction(message, head)
+        return event, _EVENT if event else _UNPARSED, head, message
+    for start, kind in _OOM_STARTS:
+        if message.startswith(start):
+            return OomLine(head.time, head.dp_rank, kind, message.strip()), _EVENT, head, message
+    if message.startswith("Finish: "):
+        record = _parse_finish_text(message, head)
+        return record, _EVENT if record else _UNPARSED, head, message
+    if message.startswith(_UVICORN_LEVELS):
+        return None, _IGNORED, head, message
+    if message.startswith(_KNOWN_STARTS):
+        return None, _KNOWN, head, message
+    return None, _UNPARSED, head, message
+
+
+def parse_line(line: str) -> LogEvent | None:
+    """The event one line carries, or None. Stateless: no TP dedupe and no boot blocks (see LogLineParser)."""
+    return _classify(line.rstrip("\r\n"))[0]
+
+
+# ------------------------------------------------------------------------------------------------ stateful
+
+_DEDUPE_WINDOW_SECONDS = 3.0
+_BOOT_BLOCK_MAX_LINES = 50_000
+
+
+class LogLineParser:
+    """Feeds lines through `parse_line` and adds what needs memory: TP-deduplicated retractions and boot
+    blocks. Counters: `lines_seen`, `unparsed_lines`, `ignored_lines`, `duplicate_retractions`."""
+
+    def __init__(self) -> None:
+        self.lines_seen = 0
+        self.unparsed_lines = 0
+        self.ignored_lines = 0
+        self.duplicate_retractions = 0
+        self.abandoned_boot_blocks = 0
+        # dp_rank -> recent retractions: [time, payload, processes that printed it]
+        self._recent: dict[int | None, list[tuple[float | None, tuple, set[tuple[int, ...]]]]] = {}
+        self._boot_lines: list[str] | None = None
+        self._boot_time: float | None = None
+        self._boot_has_caps = False
+
+    def feed(self, lines: Iterable[str]) -> list[LogEvent]:
+        events: list[LogEvent] = []
+        append = events.append
+        for raw in lines:
+            line = raw.rstrip("\r\n")
+            self.lines_seen += 1
+            event, outcome, head, message = _classify(line)
+            if outcome != _EVENT and head is not None and self._track_boot(line, message, head, events):
+                continue
+            if outcome == _EVENT:
+                if event.__class__ is Retraction and self._is_duplicate(event, head):  # type: ignore[arg-type]
+                    self.duplicate_retractions += 1
+                    continue
+                if event.__class__ is StatsLine and self._boot_lines is not None and self._boot_has_caps:
+                    self._emit_boot(events)  # the first batch after the caps line(s): boot is over
+                append(event)  # type: ignore[arg-type]
+            elif outcome == _UNPARSED:
+                self.unparsed_lines += 1
+            elif outcome == _IGNORED:
+                self.ignored_lines += 1
+        return events
+
+    def flush(self) -> list[LogEvent]:
+        """At end of input: emit a boot block that reached its caps line but not `fired up`."""
+        events: list[LogEvent] = []
+        if self._boot_lines is not None and self._boot_has_caps:
+            self._emit_boot(events)
+        return events
+
+    # -- boot blocks
+
+    def _track_boot(self, line: str, message: str, head: _Head, events: list[LogEvent]) -> bool:
+        """Collect the non-event lines of a boot; True when the line was taken into a block."""
+        starts_boot = message.startswith("server_args=") or message.startswith("Load weight begin")
+        if starts_boot:
+            if self._boot_lines is not None and (self._boot_has_caps or message.startswith("server_args=")):
+                if self._boot_has_caps:
+                    self._emit_boot(events)
+                else:
+                    self.abandoned_boot_blocks += 1  # a boot that never finished, superseded
+                    self._boot_lines = None
+            if self._boot_lines is None:
+                self._boot_lines = []
+                self._boot_time = head.time
+                self._boot_has_caps = False
+            self._boot_lines.append(line)
+            return True
+        if self._boot_lines is None:
+            return False
+        self._boot_lines.append(line)
+        if message.startswith("max_total_num_tokens="):
+            self._boot_has_caps = True
+        elif message.startswith("The server is fired up"):
+            self._emit_boot(events)
+        elif len(self._boot_lines) > _BOOT_BLOCK_MAX_LINES:
+            self.abandoned_boot_blocks += 1
+            self._boot_lines = None
+        return True
+
+    def _emit_boot(self, events: list[LogEvent]) -> None:
+        if self._boot_lines is not None:
+            events.append(BootBlock(self._boot_time, self._boot_lines))
+        self._boot_lines = None
+        self._boot_has_caps = False
+
+    # -- retraction dedupe
+
+    def _is_duplicate(self, event: Retraction, head: _Head | None) -> bool:
+        """Every TP rank prints the same retraction. A copy is a line with the same payload within a few
+        seconds from a process that has not yet printed it; a repeat from the same process is a new event."""
+        if head is None or head.tp_rank is None:
+            return False  # no TP prefix: one process, no copies
+        payload = (
+            event.retracted_requests,
+            event.new_tokens_gained,
+            event.mamba_slots_gained,
+            event.ratio_before,
+            event.ratio_after,
+        )
+        recent = self._recent.setdefault(event.dp_rank, [])
+        now = event.time
+        if now is not None and recent:
+            recent[:] = [
+                entry for entry in recent if entry[0] is None or now - entry[0] <= _DEDUPE_WINDOW_SECONDS
+            ]
+        for entry_time, entry_payload, printers in recent:
+            if entry_payload != payload or head.process in printers:
+                continue
+            if now is None or entry_time is None or abs(now - entry_time) <= _DEDUPE_WINDOW_SECONDS:
+                printers.add(head.process)
+                return True
+        recent.append((now, payload, {head.process}))
+        return False
