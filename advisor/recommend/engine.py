@@ -98,6 +98,15 @@ def recommend(
     *,
     inputs_stale: bool = False,
 ) -> Recommendation:
+    """The recommendation; with `inputs_stale` the numbers are the last good estimate's, flagged as such."""
+    rec = _recommend(model, picture, settings)
+    if inputs_stale and rec.decision != "unified_memory":
+        rec.reason = f"the last scrapes failed; showing the last good estimate ({rec.decision}): {rec.reason}"
+        rec.decision = "inputs_stale"
+    return rec
+
+
+def _recommend(model: ServerModel, picture: WorkloadPicture, settings: RecommenderSettings) -> Recommendation:
     serving = model.serving
     summary = picture.summary
     live_ratio = live_ratio_of(model)
@@ -209,10 +218,7 @@ def recommend(
     inside = live_ratio is not None and rec.ratio_lower <= live_ratio <= rec.ratio_upper
     gain = rec.predicted_gain_ratio
     small_gain = gain is not None and gain < 1.0 + settings.min_gain
-    if inputs_stale:
-        rec.decision = "inputs_stale"
-        rec.reason = "the last scrapes failed; showing the last good estimate. " + why
-    elif pin is not None and not (serving.max_mamba_cache_size is not None and abs(serving.max_mamba_cache_size - pin) <= 0.1 * pin):
+    if pin is not None and not (serving.max_mamba_cache_size is not None and abs(serving.max_mamba_cache_size - pin) <= 0.1 * pin):
         rec.decision = "pin_state_pool"
         reason = "under DCP the balance point is beyond realistic L" if serving.dcp_size > 1 else f"r {target:.3g} < {PIN_RATIO_THRESHOLD} is fragile"
         rec.reason = f"pin --max-mamba-cache-size {pin}: {reason}; {why}"

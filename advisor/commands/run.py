@@ -1,0 +1,103 @@
+"""`pool-advisor run`: the daemon (or `--once`: one cycle, printed). Config from a YAML file, then
+POOL_ADVISOR_* environment variables, then flags."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from typing import Any
+
+from advisor.config import AdvisorConfig, build_config
+from advisor.daemon.runner import Advisor
+from advisor.export.server import ExporterServer
+from advisor.recommend.types import TargetStatus
+
+
+def add_config_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", "-c", metavar="FILE", help="YAML config (targets, interval, listen, checkpoint, ...)")
+    p.add_argument("--target", dest="target_urls", action="append", metavar="URL", help="an SGLang server URL (repeatable)")
+    p.add_argument("--interval", dest="interval_seconds", type=float, metavar="SECONDS")
+    p.add_argument("--listen", metavar="HOST:PORT", help="where to serve /metrics, / and /status (default 127.0.0.1:9188)")
+    p.add_argument("--checkpoint", dest="checkpoint_path", metavar="FILE")
+    p.add_argument("--half-life", dest="half_life_seconds", type=float, metavar="SECONDS")
+    p.add_argument("--state-bias", dest="state_bias", type=float, metavar="K", help="bias toward the state pool per unit spikiness")
+
+
+def config_from_args(args: argparse.Namespace) -> AdvisorConfig:
+    overrides = {
+        "target_urls": args.target_urls,
+        "interval_seconds": args.interval_seconds,
+        "listen": args.listen,
+        "checkpoint_path": args.checkpoint_path,
+        "half_life_seconds": args.half_life_seconds,
+        "state_bias": args.state_bias,
+    }
+    return build_config(args.config, dict(os.environ), overrides)
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("run", help="the advisor daemon: scrape, estimate, recommend, export")
+    add_config_flags(p)
+    p.add_argument("--once", action="store_true", help="run one cycle, print the recommendation and exit")
+    p.add_argument("--json", action="store_true", help="with --once: print JSON")
+    p.set_defaults(handler=run)
+
+
+def describe(status: TargetStatus) -> str:
+    rec = status.recommendation
+    lines = [f"{status.server} ({status.model_name or 'model unknown'}): {'up' if status.up else 'DOWN'}"]
+    w = status.workload
+    if w.context_length_mean is not None:
+        lines.append(
+            f"  context length: mean {w.context_length_mean:,.0f}, p50 {w.context_length_p50:,.0f}, p90 {w.context_length_p90:,.0f}, "
+            f"p99 {w.context_length_p99:,.0f}; L_eff {w.effective_context_length or 0:,.0f}; spikiness {w.spikiness or 0:.2f}; "
+            f"{w.requests_observed:,.0f} requests"
+        )
+    if rec is not None:
+        lines.append(f"  decision: {rec.decision} (confidence {rec.confidence:.2f})")
+        if rec.ratio is not None:
+            live = f"{rec.live_ratio:.3g}" if rec.live_ratio is not None else "?"
+            lines.append(
+                f"  ratio: live {live} -> recommended {rec.ratio:.3g} [{rec.ratio_lower:.3g}, {rec.ratio_upper:.3g}]"
+            )
+        if rec.predicted_max_running_requests_live is not None:
+            lines.append(
+                f"  clamp: live {rec.predicted_max_running_requests_live} ({rec.binding_pool_live} binds) -> "
+                f"{rec.predicted_max_running_requests_recommended} ({rec.binding_pool_recommended}); "
+                f"predicted gain x{rec.predicted_gain_ratio or 1:.2f}"
+            )
+        lines.append(f"  why: {rec.reason}")
+        for note in rec.notes:
+            lines.append(f"  note: {note}")
+        if rec.flag_line and rec.decision in ("raise_ratio", "lower_ratio", "pin_state_pool"):
+            lines.append(f"  flags: {rec.flag_line}")
+    for error in status.last_errors:
+        lines.append(f"  error: {error}")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    config = config_from_args(args)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    advisor = Advisor(config)
+    problem = advisor.load_checkpoint()
+    if problem:
+        print(f"pool-advisor run: warning: {problem}", file=sys.stderr)
+    if args.once:
+        statuses = advisor.run_cycle(timeout=config.timeout_seconds * 3 + 5)
+        advisor.close()
+        if args.json:
+            print(json.dumps([s.to_dict() for s in statuses], indent=1, default=str))
+        else:
+            print("\n".join(describe(s) for s in statuses))
+        return 0 if all(s.up for s in statuses) else 1
+    exporter = ExporterServer(advisor.store, host=config.listen_host, port=config.listen_port).start()
+    print(f"pool-advisor: watching {len(config.targets)} target(s); metrics at {exporter.url}/metrics, status at {exporter.url}/status",
+          file=sys.stderr, flush=True)
+    try:
+        return advisor.serve_forever()
+    finally:
+        exporter.stop()

@@ -1,0 +1,83 @@
+"""One cycle over genuine SGLang bodies served on loopback, and every failure mode of a target."""
+
+import time
+
+import pytest
+from replay_server import FIXTURES, ReplayServer
+
+from advisor.config import config_from_dict
+from advisor.daemon.pipeline import constants_from_server_info
+from advisor.daemon.runner import Advisor
+from advisor.sources.bootlog import read_boot_log
+from advisor.sources.server_info import parse_server_info
+
+
+def advisor_for(*urls, **extra):
+    data = {"targets": [{"name": f"t{i}", "url": u} for i, u in enumerate(urls)], "timeout_seconds": 1.0,
+            "stale_after_cycles": 2, **extra}
+    return Advisor(config_from_dict(data))
+
+
+def test_cycle_on_genuine_fixtures():
+    with ReplayServer() as server:
+        advisor = advisor_for(server.url)
+        first = advisor.run_cycle()[0]
+        assert first.up and first.model_name
+        report = advisor.reports["t0"]
+        assert report.metrics is not None and report.server_info is not None
+        # the lifetime histograms of the first scrape feed the estimator (no checkpoint to double count)
+        assert first.workload.requests_observed == pytest.approx(4000, rel=0.01)
+        assert first.workload.context_length_mean == pytest.approx(7601.7, rel=0.01)
+        assert first.recommendation is not None
+        assert first.recommendation.token_equiv is not None  # inverted from /server_info
+        advisor.close()
+
+
+def test_server_info_inversion_matches_boot_log():
+    import json
+
+    info = parse_server_info(json.loads((FIXTURES / "server_info" / "server_info-tp8-default.json").read_text()))
+    constants, rest = constants_from_server_info(info)
+    boot = read_boot_log(FIXTURES / "logs" / "boot-tp8-default.log")
+    assert constants.token_equiv == pytest.approx(boot.constants().token_equiv, rel=0.005)
+    assert rest == pytest.approx(boot.rest_bytes, rel=0.005)
+
+
+@pytest.mark.parametrize("fault", ["http500", "garbage", "truncate"])
+def test_bad_scrapes_are_counted_and_the_estimate_kept(fault):
+    with ReplayServer() as server:
+        advisor = advisor_for(server.url)
+        good = advisor.run_cycle()[0]
+        server.fault = fault
+        bad = [advisor.run_cycle()[0] for _ in range(2)]
+        assert not bad[-1].up
+        assert bad[-1].stale and bad[-1].recommendation.decision == "inputs_stale"
+        assert bad[-1].scrape_errors_total["metrics"] == 2
+        assert bad[-1].workload.requests_observed == good.workload.requests_observed
+        assert bad[-1].last_errors and len(bad[-1].last_errors[0].splitlines()) == 1
+        server.fault = "none"
+        assert advisor.run_cycle()[0].up
+        advisor.close()
+
+
+def test_a_hanging_target_does_not_delay_the_others():
+    with ReplayServer() as hanging, ReplayServer() as healthy:
+        hanging.fault = "hang"
+        advisor = advisor_for(hanging.url, healthy.url)
+        started = time.monotonic()
+        advisor._run_one(advisor.pipelines[1])  # warm the healthy one alone for a reference
+        healthy_alone = time.monotonic() - started
+        futures_started = time.monotonic()
+        advisor.run_cycle(timeout=0.5)
+        # the healthy target's status was published while the other still waits on its timeout
+        assert advisor.latest["t1"].up
+        assert time.monotonic() - futures_started < 1.0 + healthy_alone
+        advisor.close()
+
+
+def test_a_dead_target_is_an_error_not_a_crash():
+    advisor = advisor_for("http://127.0.0.1:9")
+    status = advisor.run_cycle()[0]
+    assert not status.up and status.scrape_errors_total["metrics"] == 1
+    assert "metrics" in status.last_errors[0]
+    advisor.close()
