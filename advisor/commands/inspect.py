@@ -1,0 +1,195 @@
+"""`pool-advisor inspect`: run the sources once against a server (or saved files) and print what was observed:
+per-DP-rank pools and counters, the serving config, and the context-length distribution."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from advisor.errors import InputError
+from advisor.estimate.workload import EstimatorSettings, WorkloadEstimator
+from advisor.sources.bootlog import BootInfo, parse_boot_log
+from advisor.sources.http import HttpClient
+from advisor.sources.loglines import BootBlock, LogLineParser, RequestRecord, Retraction
+from advisor.sources.metrics import MetricsObservation, parse_metrics
+from advisor.sources.server_info import ServerInfo, fetch_server_info, parse_server_info
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("inspect", help="run the sources once and print what was observed")
+    p.add_argument("--url", help="an SGLang server (scrapes /metrics and /server_info)")
+    p.add_argument("--metrics-file", metavar="FILE", help="a saved /metrics body")
+    p.add_argument("--server-info-file", metavar="FILE", help="a saved /server_info body")
+    p.add_argument("--log-file", metavar="FILE", action="append", default=[], help="SGLang log / request log (repeatable)")
+    p.add_argument("--api-key", default=os.environ.get("SGLANG_API_KEY"), help="SGLang --api-key (default: $SGLANG_API_KEY)")
+    p.add_argument("--timeout", type=float, default=5.0, metavar="SECONDS")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=run)
+
+
+def _read(path: str, what: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise InputError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+
+
+def observe(args: argparse.Namespace) -> dict[str, Any]:
+    if not (args.url or args.metrics_file or args.log_file or args.server_info_file):
+        raise InputError("nothing to inspect: give --url, --metrics-file, --server-info-file or --log-file")
+    errors: list[str] = []
+    metrics: MetricsObservation | None = None
+    info: ServerInfo | None = None
+    boot: BootInfo | None = None
+    if args.metrics_file:
+        metrics = parse_metrics(_read(args.metrics_file, "metrics file"))
+    if args.server_info_file:
+        try:
+            info = parse_server_info(json.loads(_read(args.server_info_file, "server info file")))
+        except json.JSONDecodeError as exc:
+            raise InputError(f"server info file {args.server_info_file} is not JSON (line {exc.lineno})") from None
+    if args.url:
+        with HttpClient(timeout_seconds=args.timeout, api_key=args.api_key) as client:
+            if metrics is None:
+                result = client.get_text(args.url.rstrip("/") + "/metrics")
+                if result.ok and isinstance(result.body, str):
+                    try:
+                        metrics = parse_metrics(result.body)
+                    except InputError as exc:
+                        errors.append(f"metrics: {exc}")
+                else:
+                    errors.append(f"metrics: {result.error}")
+            if info is None:
+                result = fetch_server_info(client, args.url.rstrip("/"))
+                if result.ok and isinstance(result.body, dict):
+                    try:
+                        info = parse_server_info(result.body)
+                    except InputError as exc:
+                        errors.append(f"server_info: {exc}")
+                else:
+                    errors.append(f"server_info: {result.error}")
+
+    now = time.time()
+    estimator = WorkloadEstimator(EstimatorSettings())
+    parser = LogLineParser()
+    records = retractions = 0
+    for path in args.log_file:
+        events = parser.feed(_read(path, "log file").splitlines())
+        lengths = []
+        for event in events:
+            if isinstance(event, RequestRecord):
+                lengths.append((event.prompt_tokens, event.completion_tokens))
+            elif isinstance(event, Retraction):
+                retractions += event.retracted_requests
+            elif isinstance(event, BootBlock):
+                try:
+                    boot = parse_boot_log("\n".join(event.lines), source=f"boot block in {path}")
+                except InputError as exc:
+                    errors.append(f"logs: {exc}")
+        records += estimator.observe_requests(now, lengths)
+    context_source = "request_logs" if records else None
+    if not records and metrics is not None:
+        prompt, generation = metrics.prompt_tokens_histogram, metrics.generation_tokens_histogram
+        if prompt is not None and generation is not None and prompt.count > 0:
+            estimator.observe_marginals(now, prompt.upper_bounds, prompt.bucket_counts(), generation.upper_bounds,
+                                        generation.bucket_counts(), metrics.prompt_tokens_total or prompt.sum,
+                                        metrics.generation_tokens_total or generation.sum)
+            context_source = "metrics_histograms"
+    summary = estimator.summary(now)
+
+    ranks = []
+    if metrics is not None:
+        for rank in metrics.ranks:
+            ranks.append({
+                "dp_rank": rank.dp_rank,
+                "running_requests": rank.running_requests,
+                "queued_requests": rank.queued_requests,
+                "retracted_requests_total": rank.retracted_requests_total,
+                "kv_capacity_tokens": rank.kv_capacity_tokens,
+                "kv_used_tokens": rank.kv_used_tokens,
+                "kv_evictable_tokens": rank.kv_evictable_tokens,
+                "state_pool_slots": rank.state_pool_slots,
+                "state_slots_used": rank.state_slots_used,
+                "state_slots_evictable": rank.state_slots_evictable,
+                "decode_sum_seq_lens": rank.decode_sum_seq_lens,
+                "live_context_mean": (rank.decode_sum_seq_lens / rank.running_requests)
+                if rank.decode_sum_seq_lens is not None and rank.running_requests else None,
+                "new_token_ratio": rank.new_token_ratio,
+            })
+    config: dict[str, Any] | None = None
+    if info is not None:
+        config = {
+            "version": info.version,
+            "model_name": info.model_name,
+            "serving": info.serving.to_dict(),
+            "shards": [vars(shard) for shard in info.shards],
+        }
+    if boot is not None:
+        config = config or {}
+        config["boot_log"] = {
+            "max_mamba_cache_size": boot.state_pool.max_mamba_cache_size,
+            "max_running_requests": boot.max_running_requests,
+            "kv_capacity_tokens": boot.kv_pool.tokens,
+            "state_bytes_per_slot": boot.state_bytes_per_slot,
+            "kv_bytes_per_token": boot.kv_bytes_per_token,
+            "token_equiv": boot.constants().token_equiv,
+            "rest_bytes": boot.rest_bytes,
+        }
+    requests_total = metrics.requests_total if metrics is not None and metrics.requests_total is not None else (records or None)
+    return {
+        "ranks": ranks,
+        "requests_total": requests_total,
+        "model_name": (metrics.model_name if metrics else None) or (info.model_name if info else None),
+        "context_length": {
+            "source": context_source,
+            "mean": summary.context_length_mean,
+            "p50": summary.context_length_p50,
+            "p90": summary.context_length_p90,
+            "p99": summary.context_length_p99,
+            "effective": summary.effective_context_length,
+            "requests": summary.requests_observed,
+        },
+        "log_retractions": retractions,
+        "config": config,
+        "errors": errors,
+    }
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.2f}" if abs(value) < 100 else f"{value:,.0f}"
+    return str(value)
+
+
+def run(args: argparse.Namespace) -> int:
+    out = observe(args)
+    if args.json:
+        print(json.dumps(out, indent=1, default=str))
+        return 0 if not out["errors"] else 1
+    print(f"model: {out['model_name'] or '-'}   requests: {_fmt(out['requests_total'])}")
+    for rank in out["ranks"]:
+        print(
+            f"dp {_fmt(rank['dp_rank'])}: running {_fmt(rank['running_requests'])}, queued {_fmt(rank['queued_requests'])}, "
+            f"KV {_fmt(rank['kv_used_tokens'])}/{_fmt(rank['kv_capacity_tokens'])} tokens, state slots "
+            f"{_fmt(rank['state_slots_used'])}/{_fmt(rank['state_pool_slots'])}, retracted {_fmt(rank['retracted_requests_total'])}"
+        )
+    ctx = out["context_length"]
+    print(f"context length ({ctx['source'] or 'no data'}): mean {_fmt(ctx['mean'])}, p50 {_fmt(ctx['p50'])}, "
+          f"p90 {_fmt(ctx['p90'])}, p99 {_fmt(ctx['p99'])}; residence-weighted {_fmt(ctx['effective'])}")
+    if out["config"]:
+        serving = out["config"].get("serving")
+        if serving:
+            print(f"config: version {out['config'].get('version')}, strategy {serving['strategy']}, r {serving['mamba_full_memory_ratio']}, "
+                  f"tp {serving['tp_size']} dp {serving['dp_size']} pp {serving['pp_size']} dcp {serving['dcp_size']}")
+        if "boot_log" in out["config"]:
+            b = out["config"]["boot_log"]
+            print(f"boot log: max_mamba_cache_size {b['max_mamba_cache_size']}, clamp {b['max_running_requests']}, token_equiv {b['token_equiv']:.0f}")
+    for error in out["errors"]:
+        print(f"error: {error}")
+    return 0 if not out["errors"] else 1
