@@ -1,0 +1,118 @@
+"""ExporterServer over real loopback HTTP: /metrics, the landing page, /status JSON, 404s, start/stop."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import pytest
+import requests
+from export_samples import RECOMMENDED_RATIO, drifted_status, unreachable_status
+from prometheus_client.parser import text_string_to_metric_families
+
+from advisor.errors import InputError
+from advisor.export.collector import SnapshotStore
+from advisor.export.server import ExporterServer
+
+NOW = 1_790_000_030.0
+
+
+@pytest.fixture
+def store() -> SnapshotStore:
+    snapshot = SnapshotStore()
+    snapshot.publish([drifted_status(), unreachable_status()], now=NOW)
+    return snapshot
+
+
+@pytest.fixture
+def exporter(store):
+    with ExporterServer(store, "127.0.0.1", 0) as server:
+        yield server
+
+
+def test_metrics_endpoint_serves_the_exposition(exporter):
+    response = requests.get(f"{exporter.url}/metrics", timeout=5)
+    assert response.status_code == 200
+    assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+    families = {family.name: family for family in text_string_to_metric_families(response.text)}
+    ratio = families["sglang_advisor_recommended_ratio"].samples
+    assert [(s.labels["server"], s.value) for s in ratio] == [(drifted_status().server, RECOMMENDED_RATIO)]
+
+
+def test_metrics_follow_the_latest_publish_without_recomputing(exporter, store):
+    first = requests.get(f"{exporter.url}/metrics", timeout=5).text
+    assert requests.get(f"{exporter.url}/metrics", timeout=5).text == first  # a scrape changes nothing
+    store.publish([drifted_status(decision="hold")], now=NOW + 60)
+    body = requests.get(f"{exporter.url}/metrics", timeout=5).text
+    assert 'sglang_advisor_decision{model_name="Qwen/Qwen3-Next-80B-A3B-Instruct",server="10.0.0.7:30000",state="hold"} 1.0' in body
+    assert "10.0.0.8:30000" not in body
+
+
+def test_landing_page_shows_decision_ratios_pool_and_links(exporter):
+    response = requests.get(f"{exporter.url}/", timeout=5)
+    assert response.status_code == 200
+    assert response.headers["Content-Type"].startswith("text/html")
+    page = response.text
+    row = next(line for line in page.splitlines() if "10.0.0.7:30000" in line)
+    assert "raise_ratio" in row and "1.6" in row and "0.9" in row and "state → balanced" in row
+    assert 'href="/metrics"' in page and 'href="/status"' in page
+    assert "10.0.0.8:30000" in page and "down" in page
+
+
+def test_landing_page_escapes_html_and_handles_empty_store():
+    store = SnapshotStore()
+    with ExporterServer(store, "127.0.0.1", 0) as server:
+        assert "no cycle has completed yet" in requests.get(server.url, timeout=5).text
+        store.publish([unreachable_status(server="<script>alert(1)</script>")], now=NOW)
+        page = requests.get(server.url, timeout=5).text
+    assert "<script>alert(1)</script>" not in page
+    assert "&lt;script&gt;" in page
+
+
+def test_status_is_strict_json_with_the_reasoning(exporter, store):
+    response = requests.get(f"{exporter.url}/status", timeout=5)
+    assert response.status_code == 200 and response.headers["Content-Type"] == "application/json"
+    document = response.json()
+    assert document["generated_at"] == NOW
+    first = document["targets"][0]
+    assert first["server"] == "10.0.0.7:30000"
+    assert first["recommendation"]["reason"].startswith("state pool binds")
+    assert first["recommendation"]["flag_line"] == "--mamba-full-memory-ratio 1.6"
+    assert first["last_errors"] == ["metrics: connection refused"]
+    # a non-finite value becomes null, never the invalid JSON token NaN
+    status = drifted_status()
+    status.workload.spikiness = float("nan")
+    store.publish([status], now=NOW + 1)
+    raw = requests.get(f"{exporter.url}/status", timeout=5).text
+    assert "NaN" not in raw
+    assert json.loads(raw)["targets"][0]["workload"]["spikiness"] is None
+
+
+def test_unknown_path_is_404_and_head_has_no_body(exporter):
+    assert requests.get(f"{exporter.url}/nope", timeout=5).status_code == 404
+    head = requests.head(f"{exporter.url}/metrics", timeout=5)
+    assert head.status_code == 200 and head.content == b"" and int(head.headers["Content-Length"]) > 0
+
+
+def test_query_string_is_ignored(exporter):
+    assert requests.get(f"{exporter.url}/status?pretty=1", timeout=5).json()["generated_at"] == NOW
+
+
+def test_stop_closes_the_port(store):
+    server = ExporterServer(store, "127.0.0.1", 0).start()
+    port = server.port
+    server.stop()
+    server.stop()  # idempotent
+    with pytest.raises(requests.ConnectionError):
+        requests.get(f"http://127.0.0.1:{port}/metrics", timeout=2)
+
+
+def test_busy_port_and_bad_port_are_one_line_errors(store):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(InputError, match=rf"cannot listen on 127.0.0.1:{port}"):
+            ExporterServer(store, "127.0.0.1", port).start()
+    with pytest.raises(InputError, match="0..65535"):
+        ExporterServer(store, "127.0.0.1", 70000)
