@@ -1,0 +1,1204 @@
+"""A discrete-event simulator of one SGLang 0.5.23 scheduler (one DP worker) serving a hybrid model
+under the two pools, and `simulate`/`sweep` on top of it.
+
+Event-driven: decode steps between events (a finish, the KV pool running out, an arrival that
+could be admitted, a log tick) are advanced in closed form, never per token per request.
+What it models, with the SGLang source it follows (paths under `sglang/srt/`):
+- admission (`managers/schedule_policy.py` PrefillAdder.add_one_req / add_chunked_req and
+  `mem_cache/prefill_budget.py`): a request slot must be free (`max_running_requests`, the state
+  clamp) and `extend + min(max_new - out, CLIP) + page < available + evictable - offset`, where the
+  offset reserves `min(max_new - out, CLIP) * new_token_ratio` for every running request
+  (`_get_running_request_total_token_offset`, CLIP = SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION = 4096)
+  plus what this pass already admitted; prefill is chunked at `chunked_prefill_size`; a pass stops
+  at the first request that does not fit (fcfs head-of-line) and sets `batch_is_full`, which only a
+  leaving request clears (`managers/scheduler.py` _get_new_batch_prefill_raw);
+- prefill runs before decode whenever a prefill batch forms (no mixed chunk);
+- decode (`managers/schedule_batch.py` check_decode_mem / retract_decode): each step allocates one
+  token per running request; when it cannot, requests are retracted fewest-output-first then
+  longest-input-first (`_get_decode_retraction_order`) until the step fits, at least one and never
+  the last (the last is aborted); retracted requests lose their KV, keep their output and are
+  appended to the waiting queue (`_add_request_to_queue`: fcfs does not re-sort);
+- new_token_ratio (`managers/scheduler_components/new_token_ratio_tracker.py`, `environ.py`):
+  init = min(SGLANG_INIT_NEW_TOKEN_RATIO 0.7 * schedule_conservativeness, 1), min = init *
+  SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR 0.14, decay (init - min) / SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS 600
+  per decode step without retraction; after a retraction it becomes min(1, (sum out + 20 *
+  SGLANG_RETRACT_DECODE_STEPS... i.e. 20 per request) / (sum max_new + 1)) over the requests kept;
+  reset to init when the scheduler is fully idle.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import OrderedDict, deque
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from advisor.model.pools import optimal_ratio_for
+from advisor.model.serving import slots_per_request, spec_enabled
+from advisor.sim.config import SimServerConfig
+from advisor.sim.types import DecodeTick, PrefillBatch, RequestFinished, Retraction, SimEvent, SimSnapshot
+from advisor.sim.workload import RequestSpec, Workload
+
+# environ.py (SGLang 0.5.23): SGLANG_INIT_NEW_TOKEN_RATIO, SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR,
+# SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS, SGLANG_RETRACT_DECODE_STEPS, SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION.
+INIT_NEW_TOKEN_RATIO = 0.7
+MIN_NEW_TOKEN_RATIO_FACTOR = 0.14
+NEW_TOKEN_RATIO_DECAY_STEPS = 600
+RETRACT_DECODE_STEPS = 20
+CLIP_MAX_NEW_TOKENS = 4096
+# `sglang:gen_throughput` decays to 0 after this long without decode stats (metrics_reporter.py).
+GEN_THROUGHPUT_STALE_SECONDS = 30.0
+
+
+class _Req:
+    """A request inside the simulated scheduler."""
+
+    __slots__ = (
+        "index",
+        "rid",
+        "arrival",
+        "input_tokens",
+        "target",
+        "max_new",
+        "group",
+        "prefix_tokens",
+        "generated",
+        "queue_enter",
+        "queue_time",
+        "retractions",
+        "cached_tokens",
+        "prefix_len",
+        "computed",
+        "kv_own",
+        "holds_group",
+        "shared",
+        "slot",
+        "finish_step",
+    )
+
+    def __init__(self, index: int, rid: str, spec: RequestSpec, context_len: int) -> None:
+        self.index = index
+        self.rid = rid
+        self.arrival = spec.time
+        self.input_tokens = max(1, spec.input_tokens)
+        # The tokenizer refuses inputs over the context and caps max_new_tokens at the rest of it.
+        self.max_new = max(1, min(spec.max_new_tokens, context_len - self.input_tokens))
+        self.target = max(1, min(spec.output_tokens, self.max_new))
+        self.group = spec.prefix_group
+        self.prefix_tokens = min(spec.prefix_tokens, self.input_tokens - 1) if spec.prefix_group else 0
+        self.generated = 0
+        self.queue_enter = spec.time
+        self.queue_time = 0.0
+        self.retractions = 0
+        self.cached_tokens = 0
+        self.prefix_len = 0  # matched (cached) prefix of the current admission
+        self.computed = 0  # fill tokens already prefilled in the current admission (beyond the prefix)
+        self.kv_own = 0  # KV tokens this request holds outside a shared prefix (while not decoding)
+        self.holds_group = False
+        self.shared = 0  # tokens of the group prefix this request locks (counted once, in the cache)
+        self.slot = -1
+        self.finish_step = -1
+
+    @property
+    def fill_len(self) -> int:
+        return self.input_tokens + self.generated
+
+
+@dataclass
+class _Prefill:
+    start: float
+    end: float
+    parts: list[tuple[_Req, int]]  # (request, tokens prefilled this batch)
+
+
+@dataclass
+class _Decode:
+    t0: float  # clock at the segment start
+    s0: int  # decode-step counter at the segment start
+    n: int
+    a: float  # step j takes a + b*j seconds
+    b: float
+    k_plan: int
+    k_done: int
+    ratio0: float
+    decay_first: bool  # False right after a retraction: that step did not decay the ratio
+    mean_ctx0: float  # mean live context (per running request) at step 0
+    blocked: str | None  # 'state' / 'kv' when admission is blocked by that pool for the segment
+    queue_since: float  # from when the queue is non-empty (inf if it stays empty)
+
+
+@dataclass
+class SimAccumulators:
+    """Cumulative integrals and counters of one worker (time-weighted stats need them)."""
+
+    clock: float = 0.0
+    running_seconds: float = 0.0  # integral of running requests dt
+    busy_seconds: float = 0.0  # time with at least one running request
+    live_context_seconds: float = 0.0  # integral of (decode_sum_seq_lens / running) dt while busy
+    state_bound_seconds: float = 0.0
+    kv_bound_seconds: float = 0.0
+    arrived: int = 0
+    retraction_events: int = 0
+    retracted_requests: int = 0
+    wasted_tokens: int = 0
+
+
+class Simulator:
+    """One DP worker of an SGLang server under a workload. `advance(until)` runs simulated time."""
+
+    def __init__(
+        self,
+        server: SimServerConfig,
+        workload: Workload,
+        *,
+        seed: int = 0,
+        dp_rank: int = 0,
+        dp_size: int = 1,
+        arrivals: Iterable[RequestSpec] | None = None,
+    ) -> None:
+        if dp_size < 1 or not 0 <= dp_rank < dp_size:
+            raise ValueError(f"dp_rank must be in [0, dp_size), got dp_rank={dp_rank}, dp_size={dp_size}")
+        self.server = server
+        self.workload = workload
+        self.seed = seed
+        self.dp_rank = dp_rank
+        self.dp_size = dp_size
+        split = server.split()
+        self.split = split
+        serving = server.serving
+        self.slots_per_request = slots_per_request(serving)
+        self.clamp = max(1, split.max_running_requests)
+        self.dcp = serving.dcp_size
+        self.page = serving.page_size
+        self.kv_capacity_physical = split.kv_capacity_tokens
+        # DCP: the allocator's virtual locations span kv_tokens * dcp_size
+        # (mem_cache/kv_cache_configurator.py), one logical token per sequence position.
+        self.capacity = split.kv_capacity_tokens * self.dcp
+        self.draft = serving.draft_tokens if spec_enabled(serving) else 0
+        self.draft_kv = self.draft  # KV each running request holds for its drafts
+        self.cost = server.cost
+        self.radix = server.enable_radix_prefix_reuse and not serving.disable_radix_cache
+        init = min(INIT_NEW_TOKEN_RATIO * server.schedule_conservativeness, 1.0)
+        self.ratio_init = init
+        self.ratio_min = min(init * MIN_NEW_TOKEN_RATIO_FACTOR, 1.0)
+        self.ratio_decay = (init - self.ratio_min) / NEW_TOKEN_RATIO_DECAY_STEPS
+        self.ratio = init
+
+        # arrivals
+        source: Iterable[RequestSpec]
+        source = (
+            arrivals
+            if arrivals is not None
+            else workload.arrivals(np.random.default_rng(seed), 0.0, math.inf)
+        )
+        self._source: Iterator[RequestSpec] = iter(source)
+        self._arrival_index = 0  # index over the whole server's stream (round-robin DP)
+        self._peek: RequestSpec | None = None
+        self._injected: list[tuple[float, int, RequestSpec, str]] = []
+        self._inject_seq = 0
+        self._issued = 0
+        self._advance_source()
+
+        # scheduler state
+        self.clock = 0.0
+        self._horizon = 0.0
+        self.step = 0  # decode steps done
+        self.queue: deque[_Req] = deque()
+        self.chunked: _Req | None = None
+        self.batch_full = False
+        self.limit: str | None = None
+        self._activity: _Prefill | _Decode | None = None
+        self._staged_kv = 0  # KV held by requests being prefilled (not yet decoding)
+        self._staged_seqs = 0
+
+        capacity = self.clamp
+        self._gen_base = np.zeros(capacity, dtype=np.int64)
+        self._max_new = np.zeros(capacity, dtype=np.int64)
+        self._input = np.zeros(capacity, dtype=np.int64)
+        self._active = np.zeros(capacity, dtype=bool)
+        self._slot_req: list[_Req | None] = [None] * capacity
+        self._free_slots = list(range(capacity - 1, -1, -1))
+        self._kv_own_base = 0  # sum over running of (own KV - step)
+        self._seq_base = 0  # sum over running of (sequence length - step)
+        self.n = 0
+        self._finish_heap: list[tuple[int, int, int]] = []
+
+        # radix prefix reuse: group -> prefix tokens (LRU order), and lock counts
+        self._cached: OrderedDict[str, int] = OrderedDict()
+        self._refs: dict[str, int] = {}
+        self._locked_prefix = 0
+        self._evictable = 0
+
+        # counters
+        self.acc = SimAccumulators()
+        self.requests_total = 0
+        self.aborted_total = 0
+        self.prompt_tokens_total = 0
+        self.generation_tokens_total = 0
+        self.cached_tokens_total = 0
+        self.retracted_input_total = 0
+        self.retracted_output_total = 0
+        self.decode_tokens_total = 0
+        self.prefill_compute_total = 0
+        self._last_tick_time = 0.0
+        self._last_tick_tokens = 0
+        self._gen_throughput = 0.0
+
+    # ------------------------------------------------------------------ arrivals
+
+    def _advance_source(self) -> None:
+        """Load the next arrival of this DP rank into `_peek`."""
+        self._peek = None
+        for spec in self._source:
+            index = self._arrival_index
+            self._arrival_index += 1
+            if index % self.dp_size == self.dp_rank:
+                self._peek = spec
+                return
+
+    def _next_arrival_time(self) -> float:
+        best = self._peek.time if self._peek is not None else math.inf
+        if self._injected and self._injected[0][0] < best:
+            best = self._injected[0][0]
+        return best
+
+    def _pop_arrival(self) -> tuple[RequestSpec, str | None]:
+        if self._injected and (self._peek is None or self._injected[0][0] < self._peek.time):
+            _time, _seq, injected, rid = heapq.heappop(self._injected)
+            return injected, rid
+        peeked = self._peek
+        assert peeked is not None
+        self._advance_source()
+        return peeked, None
+
+    def submit(self, spec: RequestSpec) -> str:
+        """Inject one request (e.g. from an emulated HTTP client) arriving at max(spec.time, now).
+
+        Returns its rid. Extension beyond the shared interface.
+        """
+        time = max(spec.time, self._horizon, self.clock)
+        spec = RequestSpec(
+            time,
+            spec.input_tokens,
+            spec.output_tokens,
+            spec.max_new_tokens,
+            spec.prefix_group,
+            spec.prefix_tokens,
+        )
+        rid = f"{self.dp_rank:04x}f{self._inject_seq:027x}"
+        heapq.heappush(self._injected, (time, self._inject_seq, spec, rid))
+        self._inject_seq += 1
+        act = self._activity
+        if isinstance(act, _Decode) and not self.batch_full:
+            # The planned run of decode steps must stop at the first step boundary after it.
+            k = self._steps_reaching(act.a, act.b, time - act.t0)
+            act.k_plan = max(act.k_done, min(act.k_plan, k))
+        return rid
+
+    def _rid(self, index: int) -> str:
+        return f"{self.dp_rank:04x}{index:028x}"
+
+    def _pull_arrivals(self, until: float, events: list[SimEvent]) -> None:
+        """Move every arrival with time <= until into the waiting queue (the scheduler sees it at
+        `until`); inputs at or over the context length are refused (aborted) there."""
+        context = self.server.model_context_len
+        while self._next_arrival_time() <= until:
+            spec, rid = self._pop_arrival()
+            req = _Req(self._issued, rid or self._rid(self._issued), spec, context)
+            self._issued += 1
+            self.acc.arrived += 1
+            if spec.input_tokens >= context:
+                self._finish(req, until, aborted=True, events=events)
+                continue
+            self.queue.append(req)
+
+    # ------------------------------------------------------------------ pool accounting
+
+    def _running_kv(self, step: int) -> int:
+        return self._kv_own_base + self.n * step
+
+    def _used(self, step: int) -> int:
+        """KV tokens locked (not evictable): running, prefilling, locked prefixes, drafts."""
+        return self._running_kv(step) + self._staged_kv + self._locked_prefix + self.n * self.draft_kv
+
+    def _evict(self, needed: int, step: int) -> None:
+        """Evict unlocked cached prefixes (LRU first) until `needed` tokens are free."""
+        free = self.capacity - self._used(step) - self._evictable
+        if free >= needed or not self._evictable:
+            return
+        for group in list(self._cached):
+            if free >= needed:
+                break
+            if self._refs.get(group, 0) == 0:
+                tokens = self._cached.pop(group)
+                self._evictable -= tokens
+                free += tokens
+
+    def _lock_group(self, req: _Req) -> None:
+        group = req.group
+        assert group is not None
+        refs = self._refs.get(group, 0)
+        if refs == 0:
+            self._evictable -= self._cached[group]
+            self._locked_prefix += self._cached[group]
+        self._refs[group] = refs + 1
+        self._cached.move_to_end(group)
+        req.holds_group = True
+        req.shared = self._cached[group]
+
+    def _unlock_group(self, req: _Req) -> None:
+        if not req.holds_group:
+            return
+        group = req.group
+        assert group is not None
+        req.holds_group = False
+        req.shared = 0
+        refs = self._refs[group] - 1
+        self._refs[group] = refs
+        if refs == 0:
+            tokens = self._cached[group]
+            self._locked_prefix -= tokens
+            self._evictable += tokens
+
+    # ------------------------------------------------------------------ public API
+
+    @property
+    def now(self) -> float:
+        return max(self._horizon, self.clock)
+
+    def advance(self, until: float) -> list[SimEvent]:
+        """Run the scheduler up to simulated time `until`; return the events in time order."""
+        events: list[SimEvent] = []
+        if until < self.now:
+            return events
+        while True:
+            if self._activity is None:
+                self._decide(events, until)
+                if self._activity is None:
+                    # idle: wait for the next arrival
+                    next_arrival = self._next_arrival_time()
+                    if next_arrival > until:
+                        break
+                    self.clock = max(self.clock, next_arrival)
+                    continue
+            act = self._activity
+            if isinstance(act, _Prefill):
+                if act.end > until:
+                    break
+                self._complete_prefill(act, events)
+            else:
+                if not self._run_decode(act, until, events):
+                    break
+        self._horizon = max(self._horizon, until)
+        return events
+
+    def snapshot(self) -> SimSnapshot:
+        step = self.step
+        used_logical = self._used(step)
+        running = self.n
+        mamba_used = (running + self._staged_seqs) * self.slots_per_request
+        mamba_size = max(1, self.split.max_mamba_cache_size)
+        cached_groups = sum(1 for g in self._cached if self._refs.get(g, 0) == 0)
+        mamba_evictable = min(cached_groups, max(mamba_size - mamba_used, 0))
+        prompt = self.cached_tokens_total + self.prefill_compute_total
+        throughput = (
+            self._gen_throughput if self.now - self._last_tick_time <= GEN_THROUGHPUT_STALE_SECONDS else 0.0
+        )
+        return SimSnapshot(
+            time=self.now,
+            kv_capacity_tokens=self.kv_capacity_physical,
+            max_mamba_cache_size=self.split.max_mamba_cache_size,
+            max_running_requests=self.clamp,
+            page_size=self.page,
+            running_requests=running,
+            queued_requests=len(self.queue) + (1 if self.chunked is not None else 0),
+            kv_used_tokens=self._per_rank(used_logical),
+            kv_evictable_tokens=self._per_rank(self._evictable),
+            mamba_used_slots=mamba_used,
+            mamba_evictable_slots=mamba_evictable,
+            decode_sum_seq_lens=self._seq_base + running * step,
+            new_token_ratio=self._current_ratio(),
+            gen_throughput=throughput,
+            cache_hit_rate=self.cached_tokens_total / prompt if prompt else 0.0,
+            requests_total=self.requests_total,
+            aborted_requests_total=self.aborted_total,
+            prompt_tokens_total=self.prompt_tokens_total,
+            generation_tokens_total=self.generation_tokens_total,
+            cached_tokens_total=self.cached_tokens_total,
+            retracted_requests_total=self.acc.retracted_requests,
+            retracted_input_tokens_total=self.retracted_input_total,
+            retracted_output_tokens_total=self.retracted_output_total,
+            decode_tokens_total=self.decode_tokens_total,
+            prefill_compute_tokens_total=self.prefill_compute_total,
+        )
+
+    def accumulators(self) -> SimAccumulators:
+        """A copy of the cumulative integrals (for time-weighted statistics)."""
+        copy = SimAccumulators(**asdict(self.acc))
+        copy.clock = self.clock
+        return copy
+
+    def in_system(self) -> int:
+        """Requests arrived and not finished: queued, being prefilled or decoding."""
+        return len(self.queue) + self.n + self._staged_seqs
+
+    # ------------------------------------------------------------------ helpers
+
+    def _per_rank(self, logical_tokens: int) -> int:
+        return -(-logical_tokens // self.dcp) if self.dcp > 1 else logical_tokens
+
+    def _current_ratio(self) -> float:
+        act = self._activity
+        if isinstance(act, _Decode):
+            return self._ratio_after(act, act.k_done)
+        return self.ratio
+
+    def _ratio_after(self, act: _Decode, steps: int) -> float:
+        decayed = steps if act.decay_first else max(steps - 1, 0)
+        return max(act.ratio0 - self.ratio_decay * decayed, self.ratio_min) if decayed else act.ratio0
+
+    @staticmethod
+    def _elapsed(a: float, b: float, k: int) -> float:
+        return k * a + b * k * (k - 1) / 2
+
+    def _steps_reaching(self, a: float, b: float, delta: float) -> int:
+        """Smallest k >= 1 with elapsed(k) >= delta."""
+        if delta <= a:
+            return 1
+        half = a - b / 2
+        k = (
+            int(math.ceil(2 * delta / (half + math.sqrt(half * half + 2 * b * delta))))
+            if b > 0
+            else int(math.ceil(delta / a))
+        )
+        k = max(k, 1)
+        while k > 1 and self._elapsed(a, b, k - 1) >= delta:
+            k -= 1
+        while self._elapsed(a, b, k) < delta:
+            k += 1
+        return k
+
+    def _steps_within(self, a: float, b: float, t0: float, until: float, k_max: int) -> int:
+        """Largest k <= k_max with t0 + elapsed(k) <= until."""
+        if t0 + self._elapsed(a, b, k_max) <= until:
+            return k_max
+        if t0 + a > until:
+            return 0
+        k = self._steps_reaching(a, b, until - t0)
+        while k > 0 and t0 + self._elapsed(a, b, k) > until:
+            k -= 1
+        return min(k, k_max)
+
+    # ------------------------------------------------------------------ scheduling
+
+    def _decide(self, events: list[SimEvent], until: float) -> None:
+        """One scheduler iteration at `clock`: a prefill batch if one forms, else decode."""
+        while True:
+            self._pull_arrivals(self.clock, events)
+            if self.n == 0 and not self.queue and self.chunked is None:
+                # fully idle: scheduler.py on_idle resets the ratio
+                self.ratio = self.ratio_init
+                self.limit = None
+                self.batch_full = False
+                return
+            batch = self._form_prefill(events)
+            if batch:
+                self._start_prefill(batch, events)
+                return
+            if self.n == 0:
+                if self.queue and self.chunked is None:
+                    # Nothing runs and the head cannot be admitted even into an empty pool.
+                    head = self.queue.popleft()
+                    head.queue_time += self.clock - head.queue_enter
+                    self._finish(head, self.clock, aborted=True, events=events)
+                    continue
+                if self.chunked is not None:
+                    raise RuntimeError("simulator invariant: a chunked prefill formed no batch")
+                return
+            decay_first = True
+            if self._used(self.step) + self.n > self.capacity:
+                self._retract(events)
+                decay_first = False
+                if self.n == 0:
+                    continue
+            self._plan_decode(decay_first)
+            return
+
+    def _form_prefill(self, events: list[SimEvent]) -> list[tuple[_Req, int]]:
+        """PrefillAdder: the chunked request first, then the waiting queue in fcfs order."""
+        if self.n == 0:
+            self.batch_full = False
+        if (self.batch_full or not self.queue) and self.chunked is None:
+            return []
+        held = 1 if self.chunked is not None else 0
+        allocatable = self.clamp - self.n - held
+        if allocatable <= 0 and self.chunked is None:
+            self.batch_full = True
+            self.limit = "state"
+            return []
+        step = self.step
+        ratio = self.ratio
+        offset = 0.0
+        if self.n:
+            remaining = np.clip(self._max_new - self._gen_base - step, 0, CLIP_MAX_NEW_TOKENS)
+            offset = float(remaining.sum()) * ratio
+        current_offset = 0.0
+        room = self.capacity - self._used(step)  # available + evictable
+        rem_chunk = self.server.chunked_prefill_size
+        rem_input = self.server.max_prefill_tokens
+        page = self.page
+        batch: list[tuple[_Req, int]] = []
+        admitted = 0
+        new_chunked: _Req | None = None
+        self.limit = None
+
+        chunked = self.chunked
+        if chunked is not None:
+            remaining_total = room - offset
+            limit = min(rem_chunk, int(remaining_total)) if remaining_total > 0 else rem_chunk
+            left = chunked.fill_len - chunked.prefix_len - chunked.computed
+            take = min(left, limit, max(room, 0))
+            if take <= 0:
+                # Decode filled the pool under a chunked prefill: give its KV back and requeue it.
+                self._retract_chunked(events)
+                chunked = None
+            else:
+                truncated = take < left
+                max_new = 0 if truncated else min(chunked.max_new, CLIP_MAX_NEW_TOKENS)
+                offset += take + page + max_new
+                current_offset += take + page
+                rem_chunk -= take
+                rem_input -= take
+                batch.append((chunked, take))
+                if truncated:
+                    new_chunked = chunked
+
+        while self.queue:
+            if rem_chunk <= 0 or rem_input <= 0:
+                break
+            if admitted >= allocatable:
+                self.batch_full = True
+                self.limit = "state"
+                break
+            req = self.queue[0]
+            prefix = 0
+            pinned = 0
+            if (
+                self.radix
+                and req.group is not None
+                and self._cached.get(req.group, req.prefix_tokens + 1) <= req.prefix_tokens
+            ):
+                prefix = self._cached[req.group]
+                if self._refs.get(req.group, 0) == 0:
+                    pinned = prefix  # _lock_node: a matched prefix is not evictable during selection
+            extend = req.fill_len - prefix
+            max_new_left = min(max(req.max_new - req.generated, 0), CLIP_MAX_NEW_TOKENS)
+            total_tokens = extend + max_new_left + page
+            if total_tokens >= room - pinned - offset:
+                self.batch_full = bool(batch) or self.n > 0
+                self.limit = "kv"
+                break
+            self.queue.popleft()
+            req.queue_time += self.clock - req.queue_enter
+            req.prefix_len = prefix
+            req.computed = 0
+            req.kv_own = 0
+            if prefix:
+                self._lock_group(req)
+                req.cached_tokens += prefix
+                self.cached_tokens_total += prefix
+            if extend > rem_chunk:
+                take = rem_chunk // page * page or rem_chunk
+                offset += take + page
+                new_chunked = req
+            else:
+                take = extend
+                offset += take + page + min(req.max_new, CLIP_MAX_NEW_TOKENS)
+            current_offset += take + page
+            rem_chunk -= take
+            rem_input -= take
+            batch.append((req, take))
+            admitted += 1
+            if not (room - offset > 0 and room - current_offset > 0):
+                self.batch_full = True
+                self.limit = "kv"
+                break
+            if new_chunked is req:
+                break
+        if not self.queue:
+            self.limit = None
+        elif self.limit is None and self.n + len(batch) >= self.clamp:
+            self.limit = "state"
+        self.chunked = new_chunked
+        return batch
+
+    def _start_prefill(self, batch: list[tuple[_Req, int]], events: list[SimEvent]) -> None:
+        tokens = 0
+        attention = 0.0
+        cached = 0
+        staged = {id(req) for req, _ in batch}
+        for req, take in batch:
+            done_before = req.prefix_len + req.computed
+            attention += take * (done_before + take / 2)
+            tokens += take
+            if req.computed == 0:
+                cached += req.prefix_len
+            req.computed += take
+            req.kv_own += take
+            self._staged_kv += take
+        self._staged_seqs = len(staged)
+        self._evict(0, self.step)
+        duration = self.cost.prefill_seconds(tokens, attention)
+        self.prefill_compute_total += tokens
+        used = self._used(self.step)
+        events.append(
+            PrefillBatch(
+                time=self.clock,
+                new_seqs=len(batch),
+                new_tokens=tokens,
+                cached_tokens=cached,
+                running_requests=self.n,
+                queued_requests=len(self.queue),
+                full_token_usage=self._per_rank(used) / self.kv_capacity_physical,
+                mamba_usage=(self.n + self._staged_seqs)
+                * self.slots_per_request
+                / max(1, self.split.max_mamba_cache_size),
+                input_throughput=tokens / duration,
+            )
+        )
+        self._activity = _Prefill(self.clock, self.clock + duration, batch)
+
+    def _complete_prefill(self, act: _Prefill, events: list[SimEvent]) -> None:
+        duration = act.end - act.start
+        self._integrate_flat(duration, act.start)
+        self.clock = act.end
+        for req, _take in act.parts:
+            if req is self.chunked:
+                continue
+            # last chunk done: the forward samples the first (next) token
+            self._staged_kv -= req.kv_own
+            req.generated += 1
+            if self.radix and req.group is not None and not req.holds_group and req.prefix_tokens > 0:
+                if req.group not in self._cached and req.kv_own >= req.prefix_tokens:
+                    # insert the prefix into the radix cache, shared from now on
+                    self._cached[req.group] = req.prefix_tokens
+                    self._refs[req.group] = 0
+                    self._evictable += req.prefix_tokens
+                    req.kv_own -= req.prefix_tokens
+                    self._lock_group(req)
+            if req.generated >= req.target:
+                self._release_kv(req)
+                self._finish(req, self.clock, aborted=False, events=events)
+            else:
+                self._join_running(req)
+        self._staged_seqs = 1 if self.chunked is not None else 0
+        self._activity = None
+
+    def _release_kv(self, req: _Req) -> None:
+        req.kv_own = 0
+        self._unlock_group(req)
+
+    def _join_running(self, req: _Req) -> None:
+        slot = self._free_slots.pop()
+        step = self.step
+        self._slot_req[slot] = req
+        self._active[slot] = True
+        self._gen_base[slot] = req.generated - step
+        self._max_new[slot] = req.max_new
+        self._input[slot] = req.input_tokens
+        self._kv_own_base += req.kv_own - step
+        self._seq_base += req.fill_len - 1 - step
+        req.slot = slot
+        req.finish_step = req.target - req.generated + step
+        heapq.heappush(self._finish_heap, (req.finish_step, req.index, slot))
+        self.n += 1
+
+    def _leave_running(self, req: _Req) -> None:
+        """Take a request out of the decode batch at the current step; sync its counters."""
+        slot = req.slot
+        step = self.step
+        req.generated = int(self._gen_base[slot]) + step
+        own = req.fill_len - 1 - req.shared
+        self._kv_own_base -= own - step
+        self._seq_base -= req.fill_len - 1 - step
+        self._active[slot] = False
+        self._gen_base[slot] = 0
+        self._max_new[slot] = 0
+        self._input[slot] = 0
+        self._slot_req[slot] = None
+        self._free_slots.append(slot)
+        req.slot = -1
+        req.finish_step = -1
+        self.n -= 1
+        self.batch_full = False
+
+    def _finish(self, req: _Req, time: float, *, aborted: bool, events: list[SimEvent]) -> None:
+        self.requests_total += 1
+        self.prompt_tokens_total += req.input_tokens
+        if aborted:
+            self.aborted_total += 1
+        else:
+            self.generation_tokens_total += req.generated
+        if events is not None:
+            events.append(
+                RequestFinished(
+                    time=time,
+                    rid=req.rid,
+                    prompt_tokens=req.input_tokens,
+                    completion_tokens=req.generated,
+                    cached_tokens=req.cached_tokens,
+                    num_retractions=req.retractions,
+                    queue_time=req.queue_time,
+                    e2e_latency=time - req.arrival,
+                    max_new_tokens=req.max_new,
+                    aborted=aborted,
+                )
+            )
+
+    # ------------------------------------------------------------------ retraction
+
+    def _retract(self, events: list[SimEvent]) -> None:
+        """retract_decode: pop requests (fewest output, then longest input) until the step fits."""
+        step = self.step
+        slots = np.flatnonzero(self._active)
+        generated = self._gen_base[slots] + step
+        order = slots[np.lexsort((-self._input[slots], generated))]  # retract-first order
+        before_available = self.capacity - self._used(step) - self._evictable
+        ratio_before = self.ratio
+        retracted: list[_Req] = []
+        aborted: list[_Req] = []
+        position = 0
+        while True:
+            if self.n == 1:
+                if self._used(step) + 1 > self.capacity:
+                    last = self._slot_req[int(order[position])]
+                    assert last is not None
+                    self._leave_running(last)
+                    self._release_kv(last)
+                    aborted.append(last)
+                break
+            req = self._slot_req[int(order[position])]
+            position += 1
+            assert req is not None
+            self._leave_running(req)
+            self._release_kv(req)
+            retracted.append(req)
+            if self._used(step) + self.n <= self.capacity:
+                break
+        kept = np.flatnonzero(self._active)
+        kept_generated = int((self._gen_base[kept] + step).sum())
+        kept_max_new = int(self._max_new[kept].sum())
+        self.ratio = min(1.0, (kept_generated + RETRACT_DECODE_STEPS * len(kept)) / (kept_max_new + 1))
+        input_tokens = sum(r.input_tokens for r in retracted)
+        output_tokens = sum(r.generated for r in retracted)
+        for req in retracted:
+            self._requeue(req)
+        after_available = self.capacity - self._used(step) - self._evictable
+        self.acc.retraction_events += 1
+        self.acc.retracted_requests += len(retracted)
+        self.acc.wasted_tokens += sum(r.fill_len - 1 for r in retracted)
+        self.retracted_input_total += input_tokens
+        self.retracted_output_total += output_tokens
+        self.limit = "kv"
+        events.append(
+            Retraction(
+                time=self.clock,
+                retracted_requests=len(retracted),
+                input_tokens=input_tokens,
+                output_tokens=output_tokens,
+                new_tokens_gained=after_available - before_available,
+                mamba_slots_gained=(len(retracted) + len(aborted)) * self.slots_per_request,
+                new_token_ratio_before=ratio_before,
+                new_token_ratio_after=self.ratio,
+            )
+        )
+        for req in aborted:
+            self._finish(req, self.clock, aborted=True, events=events)
+
+    def _requeue(self, req: _Req) -> None:
+        req.retractions += 1
+        req.prefix_len = 0
+        req.computed = 0
+        req.kv_own = 0
+        req.queue_enter = self.clock
+        if self.server.retract_to_front:
+            self.queue.appendleft(req)
+        else:
+            self.queue.append(req)
+
+    def _retract_chunked(self, events: list[SimEvent]) -> None:
+        req = self.chunked
+        assert req is not None
+        self.chunked = None
+        self._staged_kv -= req.kv_own
+        self._staged_seqs = 0
+        self._release_kv(req)
+        wasted = req.prefix_len + req.computed
+        self.acc.retraction_events += 1
+        self.acc.retracted_requests += 1
+        self.acc.wasted_tokens += wasted
+        self.retracted_input_total += req.input_tokens
+        self.retracted_output_total += req.generated
+        gained = req.kv_own
+        self._requeue(req)
+        self.limit = "kv"
+        events.append(
+            Retraction(
+                time=self.clock,
+                retracted_requests=1,
+                input_tokens=req.input_tokens,
+                output_tokens=req.generated,
+                new_tokens_gained=gained,
+                mamba_slots_gained=self.slots_per_request,
+                new_token_ratio_before=self.ratio,
+                new_token_ratio_after=self.ratio,
+            )
+        )
+
+    # ------------------------------------------------------------------ decode
+
+    def _next_finish_step(self) -> int:
+        heap = self._finish_heap
+        while heap:
+            finish_step, _index, slot = heap[0]
+            req = self._slot_req[slot]
+            if req is not None and req.finish_step == finish_step and req.index == _index:
+                return finish_step
+            heapq.heappop(heap)
+        return 1 << 62
+
+    def _plan_decode(self, decay_first: bool) -> None:
+        n = self.n
+        step = self.step
+        free = self.capacity - self._used(step)
+        k_kv = free // n
+        k_finish = self._next_finish_step() - step
+        mean_ctx0 = (self._seq_base + n * step) / n + 1
+        kv_first = (self._seq_base + n * step + n + n * self.draft_kv) / self.dcp
+        a, b = self.cost.decode_linear(n, kv_first, n / self.dcp, self.draft)
+        k_plan = min(k_kv, k_finish)
+        if not self.batch_full:
+            if self.queue:
+                k_plan = 1  # a prefill pass comes first after this step
+            else:
+                next_arrival = self._next_arrival_time()
+                if next_arrival < math.inf:
+                    k_plan = min(k_plan, self._steps_reaching(a, b, next_arrival - self.clock))
+        k_plan = max(k_plan, 1)
+        self._evict(n * k_plan, step)
+        blocked = self.limit if self.batch_full else None
+        if self.queue:
+            queue_since = self.clock
+        else:
+            queue_since = self._next_arrival_time()
+        self._activity = _Decode(
+            t0=self.clock,
+            s0=step,
+            n=n,
+            a=a,
+            b=b,
+            k_plan=k_plan,
+            k_done=0,
+            ratio0=self.ratio,
+            decay_first=decay_first,
+            mean_ctx0=mean_ctx0,
+            blocked=blocked,
+            queue_since=queue_since,
+        )
+
+    def _run_decode(self, act: _Decode, until: float, events: list[SimEvent]) -> bool:
+        """Advance the planned decode run up to `until`; True when it completed."""
+        k_new = self._steps_within(act.a, act.b, act.t0, until, act.k_plan)
+        if k_new > act.k_done:
+            self._decode_progress(act, act.k_done, k_new, events)
+            act.k_done = k_new
+            self.step = act.s0 + k_new
+        if act.k_done < act.k_plan:
+            return False
+        self.clock = act.t0 + self._elapsed(act.a, act.b, act.k_plan)
+        self.ratio = self._ratio_after(act, act.k_plan)
+        self._activity = None
+        self._finish_due(events)
+        return True
+
+    def _decode_progress(self, act: _Decode, j1: int, j2: int, events: list[SimEvent]) -> None:
+        n = act.n
+        a, b = act.a, act.b
+        t_start = act.t0 + self._elapsed(a, b, j1)
+        t_end = act.t0 + self._elapsed(a, b, j2)
+        dt = t_end - t_start
+        count = j2 - j1
+        sum_j = (j2 * (j2 - 1) - j1 * (j1 - 1)) // 2
+        sum_j2 = ((j2 - 1) * j2 * (2 * j2 - 1) - (j1 - 1) * j1 * (2 * j1 - 1)) // 6
+        acc = self.acc
+        acc.running_seconds += n * dt
+        acc.busy_seconds += dt
+        acc.live_context_seconds += a * act.mean_ctx0 * count + (a + b * act.mean_ctx0) * sum_j + b * sum_j2
+        if act.blocked is not None:
+            blocked = max(0.0, t_end - max(t_start, act.queue_since))
+            if act.blocked == "state":
+                acc.state_bound_seconds += blocked
+            else:
+                acc.kv_bound_seconds += blocked
+        interval = self.server.decode_log_interval
+        first_tick = (act.s0 + j1) // interval + 1
+        last_tick = (act.s0 + j2) // interval
+        for tick in range(first_tick, last_tick + 1):
+            j = tick * interval - act.s0
+            tick_time = act.t0 + self._elapsed(a, b, j)
+            tokens = self.decode_tokens_total + n * (j - j1)
+            self._pull_arrivals_for_report(tick_time, events)
+            gap = tick_time - self._last_tick_time
+            self._gen_throughput = (tokens - self._last_tick_tokens) / gap if gap > 0 else 0.0
+            self._last_tick_time = tick_time
+            self._last_tick_tokens = tokens
+            used = self._used(tick * interval)
+            mamba_used = (n + self._staged_seqs) * self.slots_per_request
+            events.append(
+                DecodeTick(
+                    time=tick_time,
+                    running_requests=n,
+                    queued_requests=len(self.queue),
+                    kv_used_tokens=self._per_rank(used),
+                    full_token_usage=self._per_rank(used) / self.kv_capacity_physical,
+                    mamba_used_slots=mamba_used,
+                    mamba_usage=mamba_used / max(1, self.split.max_mamba_cache_size),
+                    gen_throughput=self._gen_throughput,
+                )
+            )
+        self.decode_tokens_total += n * count
+
+    def _pull_arrivals_for_report(self, time: float, events: list[SimEvent]) -> None:
+        # Only when admission is blocked: then arrivals change nothing but the queue length.
+        if self.batch_full:
+            self._pull_arrivals(time, events)
+
+    def _finish_due(self, events: list[SimEvent]) -> None:
+        step = self.step
+        heap = self._finish_heap
+        while heap and heap[0][0] <= step:
+            finish_step, index, slot = heapq.heappop(heap)
+            req = self._slot_req[slot]
+            if req is None or req.index != index or req.finish_step != finish_step:
+                continue
+            self._leave_running(req)
+            self._release_kv(req)
+            self._finish(req, self.clock, aborted=False, events=events)
+
+    def _integrate_flat(self, duration: float, start: float) -> None:
+        """Stats over a stretch where nothing decodes (a prefill batch)."""
+        acc = self.acc
+        n = self.n
+        acc.running_seconds += n * duration
+        if n:
+            acc.busy_seconds += duration
+            acc.live_context_seconds += duration * ((self._seq_base + n * self.step) / n)
+        if self.queue and self.limit is not None:
+            if self.limit == "state":
+                acc.state_bound_seconds += duration
+            else:
+                acc.kv_bound_seconds += duration
+
+
+# ---------------------------------------------------------------------- results
+
+
+@dataclass
+class SimResult:
+    """What one simulated run at one ratio achieved (after warmup)."""
+
+    ratio: float | None
+    max_running_requests: int
+    kv_capacity_tokens: int
+    max_mamba_cache_size: int
+    completed_requests: int
+    goodput_requests_per_second: float
+    goodput_tokens_per_second: float  # completed output tokens / s
+    retractions: int  # retraction events
+    retracted_requests: int
+    wasted_tokens: int  # KV recomputed because of retraction
+    queue_time_p50: float
+    queue_time_p90: float
+    queue_time_p99: float
+    mean_running_requests: float  # time-weighted, per DP worker
+    state_bound_fraction: float  # share of time a waiting request was held back by the slot clamp
+    kv_bound_fraction: float  # ... by the KV pool (admission reservation or retraction)
+    mean_live_context: float  # time-weighted decode_sum_seq_lens / running
+    mean_request_context: float  # mean prompt + completion tokens of completed requests
+    # extensions
+    server: str = ""
+    workload: str = ""
+    seed: int = 0
+    duration: float = 0.0
+    warmup: float = 0.0
+    dp_size: int = 1
+    slots_per_request: int = 0
+    token_equiv: float = 0.0
+    formula_ratio: float | None = None  # r* = (S + D) token_equiv dcp / mean_request_context
+    arrived_requests: int = 0
+    aborted_requests: int = 0
+    in_system_at_end: int = 0
+    mean_e2e_latency: float = 0.0
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        if not out["extras"]:
+            out.pop("extras")
+        return out
+
+
+def _percentile(values: Sequence[float], q: float) -> float:
+    if not values:
+        return 0.0
+    return float(np.percentile(np.asarray(values, dtype=float), q))
+
+
+def _run_worker(
+    server: SimServerConfig,
+    workload: Workload,
+    *,
+    duration: float,
+    warmup: float,
+    seed: int,
+    dp_rank: int,
+    dp_size: int,
+    arrivals: Iterable[RequestSpec] | None,
+    chunk_seconds: float = 60.0,
+) -> tuple[Simulator, SimAccumulators, SimAccumulators, list[RequestFinished]]:
+    sim = Simulator(server, workload, seed=seed, dp_rank=dp_rank, dp_size=dp_size, arrivals=arrivals)
+    finished: list[RequestFinished] = []
+    start_acc = sim.accumulators()
+    t = 0.0
+    marks = sorted({warmup, duration})
+    while t < duration:
+        nxt = min(t + chunk_seconds, duration)
+        for mark in marks:
+            if t < mark < nxt:
+                nxt = mark
+        for event in sim.advance(nxt):
+            if isinstance(event, RequestFinished) and event.time >= warmup:
+                finished.append(event)
+        t = nxt
+        if t == warmup and warmup > 0:
+            start_acc = sim.accumulators()
+    end_acc = sim.accumulators()
+    return sim, start_acc, end_acc, finished
+
+
+def simulate(
+    server: SimServerConfig,
+    workload: Workload,
+    *,
+    duration: float,
+    seed: int = 0,
+    warmup: float = 0.0,
+    arrivals: Sequence[RequestSpec] | None = None,
+) -> SimResult:
+    """Run `workload` on `server` for `duration` simulated seconds; statistics after `warmup`.
+
+    With `serving.dp_size` > 1 the traffic is split round-robin over that many workers and the
+    counts and goodput are summed; time-weighted means are per worker.
+    """
+    if not duration > 0:
+        raise ValueError(f"duration must be > 0 seconds, got {duration}")
+    if not 0 <= warmup < duration:
+        raise ValueError(f"warmup must be in [0, duration), got {warmup}")
+    dp_size = max(1, server.serving.dp_size)
+    workers = [
+        _run_worker(
+            server,
+            workload,
+            duration=duration,
+            warmup=warmup,
+            seed=seed,
+            dp_rank=rank,
+            dp_size=dp_size,
+            arrivals=arrivals,
+        )
+        for rank in range(dp_size)
+    ]
+    first = workers[0][0]
+    measured = duration - warmup
+    finished = [e for w in workers for e in w[3]]
+    completed = [e for e in finished if not e.aborted]
+    queue_times = [e.queue_time for e in completed]
+    span = sum(max(end.clock - start.clock, 1e-12) for _, start, end, _ in workers)
+
+    def delta(name: str) -> float:
+        return float(sum(getattr(end, name) - getattr(start, name) for _, start, end, _ in workers))
+
+    busy = delta("busy_seconds")
+    output_tokens = sum(e.completion_tokens for e in completed)
+    mean_context = (
+        float(np.mean([e.prompt_tokens + e.completion_tokens for e in completed])) if completed else 0.0
+    )
+    formula = None
+    if mean_context > 0:
+        formula = optimal_ratio_for(server.serving, server.constants, mean_context)
+    return SimResult(
+        ratio=server.ratio,
+        max_running_requests=first.clamp,
+        kv_capacity_tokens=first.kv_capacity_physical,
+        max_mamba_cache_size=first.split.max_mamba_cache_size,
+        completed_requests=len(completed),
+        goodput_requests_per_second=len(completed) / measured,
+        goodput_tokens_per_second=output_tokens / measured,
+        retractions=int(delta("retraction_events")),
+        retracted_requests=int(delta("retracted_requests")),
+        wasted_tokens=int(delta("wasted_tokens")),
+        queue_time_p50=_percentile(queue_times, 50),
+        queue_time_p90=_percentile(queue_times, 90),
+        queue_time_p99=_percentile(queue_times, 99),
+        mean_running_requests=delta("running_seconds") / span,
+        state_bound_fraction=delta("state_bound_seconds") / span,
+        kv_bound_fraction=delta("kv_bound_seconds") / span,
+        mean_live_context=delta("live_context_seconds") / busy if busy > 0 else 0.0,
+        mean_request_context=mean_context,
+        server=server.name,
+        workload=workload.name,
+        seed=seed,
+        duration=duration,
+        warmup=warmup,
+        dp_size=dp_size,
+        slots_per_request=first.slots_per_request,
+        token_equiv=server.constants.token_equiv,
+        formula_ratio=formula,
+        arrived_requests=int(sum(w[2].arrived for w in workers)),
+        aborted_requests=len(finished) - len(completed),
+        in_system_at_end=sum(w[0].in_system() for w in workers),
+        mean_e2e_latency=float(np.mean([e.e2e_latency for e in completed])) if completed else 0.0,
+    )
+
+
+def sweep(
+    server: SimServerConfig,
+    workload: Workload,
+    ratios: Sequence[float],
+    *,
+    duration: float,
+    seed: int = 0,
+    warmup: float = 0.0,
+) -> list[SimResult]:
+    """simulate() at every ratio, on the very same arrivals (generated once under `seed`)."""
+    arrivals = workload.requests(seed, duration)
+    return [
+        simulate(
+            server.with_ratio(r), workload, duration=duration, seed=seed, warmup=warmup, arrivals=arrivals
+        )
+        for r in ratios
+    ]
+
+
+def best_result(results: Sequence[SimResult], tolerance: float = 0.005) -> SimResult:
+    """The oracle pick of a sweep: the highest goodput (tokens/s); among results within
+    `tolerance` of it, the lowest p90 queue time, then the fewest retractions."""
+    if not results:
+        raise ValueError("no results to choose from")
+    top = max(r.goodput_tokens_per_second for r in results)
+    close = [r for r in results if r.goodput_tokens_per_second >= top * (1 - tolerance)]
+    return min(close, key=lambda r: (r.queue_time_p90, r.retractions, -r.goodput_tokens_per_second))
