@@ -222,7 +222,7 @@ _GAUGES: tuple[tuple[str, str, StatusField], ...] = (
     ),
     (
         "last_success_timestamp_seconds",
-        "Unix time of the last cycle that produced a recommendation for this server.",
+        "Unix time of the advisor's last successful cycle for this server.",
         lambda s: s.last_success_timestamp,
     ),
     (
