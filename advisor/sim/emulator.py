@@ -253,6 +253,7 @@ class EmulatedServer:
         workers = worker_count(serving)
         kv_gb = (split.kv_capacity_tokens + serving.page_size) * config.constants.kv_bytes_per_token / GIB
         weight_gb, startup_gb = self._memory_figures(config)
+        accept_length, accept_rate = spec_acceptance(config)
         self._consts = ServerConstants(
             context_len=config.model_context_len,
             kv_cache_memory_gb=kv_gb,
@@ -261,6 +262,8 @@ class EmulatedServer:
             graph_decode_gb=GRAPH_DECODE_GB,
             graph_prefill_gb=GRAPH_PREFILL_GB,
             draft_tokens=serving.draft_tokens if spec_enabled(serving) else 0,
+            spec_accept_length=accept_length,
+            spec_accept_rate=accept_rate,
         )
         queue_buckets = QUEUE_TIME_BUCKETS if self._profile == "0.5.23" else QUEUE_TIME_BUCKETS_OLD
         self._workers = []
@@ -321,6 +324,7 @@ class EmulatedServer:
             quant="fp8" if fp8 else None,
             server_pid=self._pid_base + 100 * self._boot_count - 1,
             conv_state_fraction=conv_fraction,
+            spec_max_running_reset=spec_enabled(serving) and serving.draft_tokens > 0 and requested is None,
         )
 
     def _server_args_repr(self, config: SimServerConfig) -> str:
@@ -376,7 +380,12 @@ class EmulatedServer:
                 worker.pending_retracted_reqs = 0
                 worker.view.last_tick_was_decode = isinstance(event, DecodeTick)
                 ticked.add(index)
-                text = sglang_logs.decode_line(event) if isinstance(event, DecodeTick) else sglang_logs.prefill_line(event)
+                if isinstance(event, DecodeTick):
+                    consts = self._consts_or_fail()
+                    accept = (consts.spec_accept_length, consts.spec_accept_rate) if consts.draft_tokens else None
+                    text = sglang_logs.decode_line(event, accept=accept)
+                else:
+                    text = sglang_logs.prefill_line(event)
                 lines.extend(sglang_logs.line(wall, text, prefix) for prefix in self._rank_prefixes(index, stats_only=True))
         for index, worker in enumerate(self._workers):
             snap = worker.sim.snapshot()
@@ -497,6 +506,18 @@ class EmulatedServer:
 # ---------------------------------------------------------------------- bodies
 
 
+def spec_acceptance(config: SimServerConfig) -> tuple[float, float]:
+    """(accept length, accept rate) the cost model assumes; (0, 0) without speculative decoding.
+
+    rate = accepted drafts / proposed drafts = (length - 1) / (draft_tokens - 1) (metrics_reporter.py:974-982).
+    """
+    serving = config.serving
+    if not (spec_enabled(serving) and serving.draft_tokens > 0):
+        return 0.0, 0.0
+    length = float(config.cost.spec_accept_length)
+    return length, min((length - 1) / max(serving.draft_tokens - 1, 1), 1.0)
+
+
 def server_args_fields(
     config: SimServerConfig, profile: str, host: str, port: int, api_key: str | None
 ) -> dict[str, Any]:
@@ -599,6 +620,8 @@ def server_info_body(
         state["disaggregation_mode"] = "null"
         state["decode_cuda_graph_bs"] = [b for b in CUDA_GRAPH_BS if b <= max(live.max_running_requests, 1)]
         state["decode_cuda_graph_memory_gb"] = round(consts.graph_decode_gb, 3)
+        if consts.draft_tokens:
+            state["avg_spec_accept_length"] = consts.spec_accept_length
         states.append(state)
     body["internal_states"] = states
     body["version"] = profile
@@ -649,6 +672,13 @@ def load_entry(
             },
         ),
         (
+            "speculative",
+            "spec",
+            {"accept_length": consts.spec_accept_length, "accept_rate": consts.spec_accept_rate}
+            if consts.draft_tokens
+            else {},
+        ),
+        (
             "disaggregation",
             "disagg",
             {
@@ -669,7 +699,7 @@ def load_entry(
         ),
     ]
     for key, name, section in sections:
-        if everything or (include is not None and name in include):
+        if section and (everything or (include is not None and name in include)):
             entry[key] = section
     return entry
 

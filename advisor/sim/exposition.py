@@ -156,6 +156,9 @@ class ServerConstants:
     graph_decode_gb: float
     graph_prefill_gb: float
     draft_tokens: int = 0
+    # speculative decoding (0 without): mean tokens per verify step and accepted / proposed drafts
+    spec_accept_length: float = 0.0
+    spec_accept_rate: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -329,15 +332,15 @@ _SCHEDULER_FAMILIES: tuple[_Family, ...] = (
             "stats", lambda w, c: w.gauges.mamba_used_slots, profiles=NEW),
     _Family("sglang:spec_accept_length", "gauge",
             "Mean acceptance length of speculative decoding (accepted drafts + bonus token per forward).",
-            "stats", _zero, profiles=NEW),
+            "stats", lambda w, c: c.spec_accept_length, profiles=NEW),
     _Family("sglang:spec_accept_length", "gauge", "The average acceptance length of speculative decoding.",
-            "stats", _zero, profiles=OLD),
+            "stats", lambda w, c: c.spec_accept_length, profiles=OLD),
     _Family("sglang:spec_accept_rate", "gauge",
-            "Speculative acceptance rate (`accepted drafts / proposed drafts` in batch).", "stats", _zero,
-            profiles=NEW),
+            "Speculative acceptance rate (`accepted drafts / proposed drafts` in batch).", "stats",
+            lambda w, c: c.spec_accept_rate, profiles=NEW),
     _Family("sglang:spec_accept_rate", "gauge",
             "The average acceptance rate of speculative decoding (`accepted tokens / total draft tokens` in batch).",
-            "stats", _zero, profiles=OLD),
+            "stats", lambda w, c: c.spec_accept_rate, profiles=OLD),
     _Family("sglang:spec_cap_length", "gauge",
             "Mean DSpark confidence-scheduled verify window per verify step, incl the bonus slot (0 when no cap is scheduled).",
             "stats", _zero, profiles=NEW),

@@ -95,6 +95,8 @@ class BootFigures:
     quant: str | None = None
     server_pid: int = 4711
     conv_state_fraction: float = CONV_STATE_FRACTION
+    # speculative decoding with --max-running-requests unset: the hook resets it to 48 and says so
+    spec_max_running_reset: bool = False
 
     @property
     def conv_state_gb(self) -> float:
@@ -177,6 +179,14 @@ def boot_block(
     bs = ", ".join(str(b) for b in fig.cuda_graph_bs)
 
     out = [line(start, f"server_args=ServerArgs({fig.server_args})")]
+    if fig.spec_max_running_reset:
+        out.append(
+            line(
+                start,
+                "Max running requests is reset to 48 for speculative decoding. You can override this by "
+                "explicitly setting --max-running-requests.",
+            )
+        )
 
     def every_rank(at: float, message: str) -> None:
         out.extend(line(at, message, p) for _, p in prefixed)
@@ -244,12 +254,14 @@ def prefill_line(event: PrefillBatch, *, pending_tokens: int = 0) -> str:
     )
 
 
-def decode_line(event: DecodeTick) -> str:
-    """The hybrid-SSM `Decode batch` line (metrics_reporter.py:963-1071), ending at `#queue-req`."""
+def decode_line(event: DecodeTick, *, accept: tuple[float, float] | None = None) -> str:
+    """The hybrid-SSM `Decode batch` line (metrics_reporter.py:963-1071), ending at `#queue-req`;
+    `accept` = (accept len, accept rate) with speculative decoding."""
+    spec = f"accept len: {accept[0]:.2f}, accept rate: {accept[1]:.2f}, " if accept is not None else ""
     return (
         f"Decode batch, #running-req: {event.running_requests}, #full token: {event.kv_used_tokens}, "
         f"full token usage: {event.full_token_usage:.2f}, mamba num: {event.mamba_used_slots}, "
-        f"mamba usage: {event.mamba_usage:.2f}, cuda graph: True, "
+        f"mamba usage: {event.mamba_usage:.2f}, {spec}cuda graph: True, "
         f"gen throughput (token/s): {event.gen_throughput:.2f}, #queue-req: {event.queued_requests}"
     )
 

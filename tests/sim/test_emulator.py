@@ -357,3 +357,24 @@ def test_cli_rejects_bad_flags():
         [sys.executable, "-m", "advisor", "emulate", "--speed", "0"], capture_output=True, text=True, timeout=30
     )
     assert bad.returncode == 2 and "--speed must be > 0" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_speculative_decoding_shows_in_boot_log_decode_lines_gauges_and_loads(tmp_path):
+    log = tmp_path / "spec.log"
+    config = load_server_config("spec")
+    split = config.split()
+    with EmulatedServer(config, workload(CHAT), speed=SPEED, log_path=str(log)) as emu:
+        wait_for(lambda: "Decode batch" in log.read_text())
+        metrics = requests.get(emu.url + "/metrics", timeout=5).text
+        loads = requests.get(emu.url + "/v1/loads", timeout=5).json()
+        info = requests.get(emu.url + "/server_info", timeout=5).json()
+    text = log.read_text()
+    assert "Max running requests is reset to 48 for speculative decoding." in text
+    assert "intermediate_ssm_state_cache size: " in text and "intermediate_conv_window_cache size: " in text
+    decode = next(x for x in text.splitlines() if "Decode batch" in x)
+    assert re.search(r"mamba usage: [\d.]+, accept len: [\d.]+, accept rate: [\d.]+, cuda graph: True", decode)
+    length = values(metrics, "sglang:spec_accept_length")[(("tp_rank", "0"),)]
+    assert length == config.cost.spec_accept_length
+    assert loads["loads"][0]["speculative"]["accept_length"] == length
+    assert info["max_running_requests"] == 48 and info["speculative_num_draft_tokens"] == config.serving.draft_tokens
+    assert info["internal_states"][0]["effective_max_running_requests_per_dp"] == split.max_running_requests
