@@ -32,6 +32,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--request-log-file", metavar="F", help="write --log-requests-format json lines here")
     parser.add_argument("--version-profile", choices=PROFILES, default="0.5.23", help="SGLang version to emulate")
     parser.add_argument("--api-key", metavar="K", help="require 'Authorization: Bearer K' (SGLang's --api-key)")
+    parser.add_argument(
+        "--collect-tokens-histogram",
+        action="store_true",
+        help="0.5.10 profile: export the prompt/generation token histograms (always on in 0.5.23)",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -62,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
         request_log_path=args.request_log_file,
         version_profile=args.version_profile,
         api_key=args.api_key,
+        collect_tokens_histogram=args.collect_tokens_histogram,
     )
     try:
         emulator.start()

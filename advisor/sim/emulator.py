@@ -99,6 +99,8 @@ class EmulatedServer:
         version_profile: str = "0.5.23",
         api_key: str | None = None,
         tick_seconds: float = TICK_SECONDS,
+        collect_tokens_histogram: bool = False,
+        priority_scheduling: bool = False,
     ) -> None:
         check_profile(version_profile)
         if not speed > 0:
@@ -126,7 +128,10 @@ class EmulatedServer:
         self._boot_count = 0
         self._pid_base = os.getpid() * 10 % 900000 + 1000
         self._workers: list[_Worker] = []
-        self._tokenizer = TokenizerStats(version_profile)
+        # 0.5.10 only: the token histograms needed --collect-tokens-histogram (always on in 0.5.23)
+        self._collect_tokens_histogram = collect_tokens_histogram
+        self._priority_scheduling = priority_scheduling  # adds priority="" to every label set
+        self._tokenizer = TokenizerStats(version_profile, collect_tokens_histogram)
         self._layout: Layout | None = None
         self._split: PoolSplit | None = None
         self._consts: ServerConstants | None = None
@@ -249,7 +254,9 @@ class EmulatedServer:
         self._boot_count += 1
         self._split = split = config.split()
         ranks = scheduler_ranks(serving, base_pid=self._pid_base + 100 * self._boot_count)
-        self._layout = Layout(config.model_name, ranks, profile=self._profile)
+        self._layout = Layout(
+            config.model_name, ranks, priority_scheduling=self._priority_scheduling, profile=self._profile
+        )
         workers = worker_count(serving)
         kv_gb = (split.kv_capacity_tokens + serving.page_size) * config.constants.kv_bytes_per_token / GIB
         weight_gb, startup_gb = self._memory_figures(config)
@@ -271,7 +278,7 @@ class EmulatedServer:
             sim = Simulator(config, self._workload, seed=self._seed, dp_rank=dp_rank, dp_size=workers)
             snap = sim.snapshot()
             self._workers.append(_Worker(sim, WorkerView(snap, snap, queue_time=Histogram(queue_buckets))))
-        self._tokenizer = TokenizerStats(self._profile)
+        self._tokenizer = TokenizerStats(self._profile, self._collect_tokens_histogram)
         self._wall_anchor = time.monotonic()
         self._epoch_anchor = time.time()
         figures = self._boot_figures(config, split, weight_gb, startup_gb)

@@ -262,6 +262,12 @@ def test_version_profile_0510(tmp_path):
     assert info["version"] == "0.5.10"
     assert get_load.status_code == 200 and set(get_load.json()[0]) == {"dp_rank", "num_reqs", "num_waiting_reqs", "num_tokens"}
     assert loads.status_code == 200
+    with EmulatedServer(
+        shaped("default"), workload(CHAT), speed=SPEED, version_profile="0.5.10", collect_tokens_histogram=True
+    ) as emu:
+        wait_for(lambda: state(emu)["requests_finished"] >= 1)
+        histograms = families(requests.get(emu.url + "/metrics", timeout=5).text)
+    assert "sglang:prompt_tokens_histogram" in histograms and "sglang:uncached_prompt_tokens_histogram" not in histograms
     warning = next(x for x in log.read_text().splitlines() if "Retract requests" in x)
     assert "#new_tokens_gained" in warning and "#mamba_num_gained" not in warning
 
