@@ -83,7 +83,6 @@ def test_real_prometheus_scrapes_queries_and_fires_the_drift_alert(prometheus_se
             scrape_targets={"sglang": [fake_sglang], "sglang-pool-advisor": [f"127.0.0.1:{exporter.port}"]},
             rule_files={"alerts.yml": shortened_rules()},
         )
-        started = time.monotonic()
 
         # 1. the recommendation is queryable with our labels, next to SGLang's own series
         result = wait_for(lambda: prometheus.query("sglang_advisor_recommended_ratio"), timeout=10,
@@ -123,7 +122,6 @@ def test_real_prometheus_scrapes_queries_and_fires_the_drift_alert(prometheus_se
         assert "--mamba-full-memory-ratio 1.6" in alert["annotations"]["runbook"]
         firing = {a["labels"]["alertname"] for a in prometheus.alerts() if a["state"] == "firing"}
         assert "SGLangRetractionStorm" not in firing and "SGLangAdvisorTargetDown" not in firing
-        assert time.monotonic() - started < 20
 
         # 3. every dashboard query runs and returns data (rates need two scrapes: wait for the last one)
         exprs = [concrete(expr) for expr in dashboard_exprs(load_dashboard())]
