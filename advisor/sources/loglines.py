@@ -104,51 +104,98 @@ _HEAD_CACHE: dict[str, _Head | None] = {}
 _HEAD_CACHE_LIMIT = 4096
 
 
+_DAY_CACHE: dict[str, int | None] = {}
+
+
+def _day_start(text: str) -> int | None:
+    """`YYYY-MM-DD` -> epoch seconds of its midnight (UTC), cached: a log spans few days."""
+    day = _DAY_CACHE.get(text, -1)
+    if day == -1:
+        day = None
+        if (
+            text[4] == "-"
+            and text[7] == "-"
+            and text[:4].isdigit()
+            and text[5:7].isdigit()
+            and text[8:10].isdigit()
+        ):
+            year, month, mday = int(text[:4]), int(text[5:7]), int(text[8:10])
+            if 1 <= month <= 12 and 1 <= mday <= calendar.monthrange(year, month)[1]:
+                day = calendar.timegm((year, month, mday, 0, 0, 0))
+        if len(_DAY_CACHE) > 4096:
+            _DAY_CACHE.clear()
+        _DAY_CACHE[text] = day
+    return day
+
+
+_SECOND_CACHE: dict[str, float | None] = {}
+
+
 def _parse_timestamp(text: str) -> float | None:
-    """`YYYY-MM-DD HH:MM:SS[.mmm]` -> epoch seconds, the wall clock read as UTC."""
-    if (
-        len(text) < 19
-        or text[4] != "-"
-        or text[7] != "-"
-        or text[10] not in " T"
-        or text[13] != ":"
-        or text[16] != ":"
-    ):
+    """`YYYY-MM-DD HH:MM:SS[.ffffff]` (or with `T`) -> epoch seconds, the wall clock read as UTC; None if
+    it is not one. Whole seconds are cached: neighbouring lines share them."""
+    seconds = _SECOND_CACHE.get(text[:19], -1.0)
+    if seconds == -1.0:
+        if len(_SECOND_CACHE) > 4096:
+            _SECOND_CACHE.clear()
+        seconds = _SECOND_CACHE[text[:19]] = _parse_whole_seconds(text[:19])
+    if seconds is None or len(text) == 19:
+        return seconds
+    if text[19] != "." or not text[20:].isdigit():
         return None
-    try:
-        seconds = calendar.timegm(
-            (
-                int(text[0:4]),
-                int(text[5:7]),
-                int(text[8:10]),
-                int(text[11:13]),
-                int(text[14:16]),
-                int(text[17:19]),
-            )
-        )
-        fraction = float("0" + text[19:]) if len(text) > 19 and text[19] == "." else 0.0
-    except ValueError:
-        return None
-    return seconds + fraction
+    return seconds + float("0" + text[19:])
 
 
-def _parse_head(head: str) -> _Head | None:
-    """`2026-10-30 12:00:00[.123][ DP1][ PP0][ ATTN_CP0][ MOE_DP0][ TP4][ EP4]` -> _Head, or None."""
-    parts = head.split(" ")
-    if len(parts) < 2:
+def _parse_whole_seconds(text: str) -> float | None:
+    if len(text) < 19 or text[10] not in " T" or text[13] != ":" or text[16] != ":":
         return None
-    time = _parse_timestamp(parts[0] + " " + parts[1])
-    if time is None:
+    day = _day_start(text[:10])
+    clock = text[11:13], text[14:16], text[17:19]
+    if day is None or not (clock[0].isdigit() and clock[1].isdigit() and clock[2].isdigit()):
         return None
+    hour, minute, second = int(clock[0]), int(clock[1]), int(clock[2])
+    if hour > 23 or minute > 59 or second > 60:
+        return None
+    return float(day + hour * 3600 + minute * 60 + second)
+
+
+_RankInfo = tuple[int | None, int | None, tuple[int, ...]]  # (dp_rank, tp_rank, process)
+_RANKS_CACHE: dict[str, _RankInfo | None] = {}
+
+
+def _parse_ranks(text: str) -> _RankInfo | None:
+    """`DP1 PP0 ATTN_CP0 MOE_DP0 TP4 EP4` (any subset, in that order) -> (dp, tp, process), or None."""
     ranks: dict[str, int] = {}
-    for token in parts[2:]:
+    for token in text.split(" ") if text else ():
         name = token.rstrip("0123456789")
         key = _RANK_NAMES.get(name)
         if key is None or len(name) == len(token):
             return None
         ranks[key] = int(token[len(name) :])
     process = (ranks.get("pp", 0), ranks.get("attn_cp", 0), ranks.get("moe_dp", 0), ranks.get("tp", -1))
-    return _Head(time, ranks.get("dp"), ranks.get("tp"), process)
+    return ranks.get("dp"), ranks.get("tp"), process
+
+
+def _ranks(text: str) -> _RankInfo | None:
+    if text in _RANKS_CACHE:
+        return _RANKS_CACHE[text]
+    if len(_RANKS_CACHE) >= _HEAD_CACHE_LIMIT:
+        _RANKS_CACHE.clear()
+    ranks = _RANKS_CACHE[text] = _parse_ranks(text)
+    return ranks
+
+
+def _parse_head(head: str) -> _Head | None:
+    """`2026-10-30 12:00:00[.123][ DP1][ PP0][ ATTN_CP0][ MOE_DP0][ TP4][ EP4]` -> _Head, or None."""
+    space = head.find(" ", 19)
+    stamp, ranks_text = (head, "") if space < 0 else (head[:space], head[space + 1 :])
+    time = _parse_timestamp(stamp)
+    if time is None:
+        return None
+    ranks = _ranks(ranks_text)
+    if ranks is None:
+        return None
+    return _Head(time, ranks[0], ranks[1], ranks[2])
 
 
 _NO_HEAD = _Head(None, None, None, (0, 0, 0, -1))
@@ -180,6 +227,11 @@ _RETRACT_STARTS = (
     "decode out of memory happened",  # oldest
 )
 _RETRACTED = re.compile(r"#retracted_reqs: (\d+)")
+# The 0.5.10+ wording in one match (managers/scheduler.py update_running_batch); older ones use the searches.
+_RETRACT_FULL = re.compile(
+    r"KV cache pool is full\. Retract requests\. #retracted_reqs: (\d+), #new_tokens_gained: (-?\d+)"
+    r"(?:, #mamba_num_gained: (-?\d+))?, #new_token_ratio: (\d+\.\d+) -> (\d+\.\d+)"
+)
 _GAINED = re.compile(r"#new_tokens_gained: (-?\d+)")
 _MAMBA_GAINED = re.compile(r"#mamba_num_gained: (-?\d+)")
 _RATIO = re.compile(r"#new_token_ratio: ([-\d.]+) -> ([-\d.]+)")
@@ -323,6 +375,19 @@ def _parse_stats_fields(message: str, kind: str, head: _Head) -> StatsLine | Non
 
 
 def _parse_retraction(message: str, head: _Head) -> Retraction | None:
+    fast = _RETRACT_FULL.fullmatch(message)
+    if fast is not None:
+        count_text, gained_text, mamba_text, before, after = fast.groups()
+        return Retraction(
+            head.time,
+            head.dp_rank,
+            int(count_text),
+            int(gained_text),
+            None if mamba_text is None else int(mamba_text),
+            float(before),
+            float(after),
+            head.tp_rank,
+        )
     count = _RETRACTED.search(message)
     if count is None:
         return None
@@ -347,16 +412,20 @@ def _parse_retraction(message: str, head: _Head) -> Retraction | None:
 def _iso_time(value: Any) -> float | None:
     if not isinstance(value, str):
         return None
+    fast = _parse_timestamp(value)
+    if fast is not None:
+        return fast
     try:
         moment = datetime.fromisoformat(value)
     except ValueError:
         return None
-    return calendar.timegm(moment.timetuple()) + moment.microsecond / 1e6
+    return calendar.timegm(moment.utctimetuple()) + moment.microsecond / 1e6
 
 
-def _count(value: Any, default: int | None = 0) -> int | None:
-    if value is None:
-        return default
+def _count(value: Any) -> int | None:
+    """A token count from JSON; None when absent; ValueError when not a number."""
+    if value is None or type(value) is int:
+        return value
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"not a count: {value!r}")
     return int(value)
@@ -366,29 +435,58 @@ def _record_from_meta(
     meta: dict[str, Any], time: float | None, rid: Any, source: str
 ) -> RequestRecord | None:
     try:
-        prompt = _count(meta.get("prompt_tokens"), None)
-        completion = _count(meta.get("completion_tokens"), None)
+        prompt = _count(meta.get("prompt_tokens"))
+        completion = _count(meta.get("completion_tokens"))
         if prompt is None or completion is None:
             return None
         latency = meta.get("e2e_latency")
         return RequestRecord(
-            time=time,
-            rid=None if rid is None else str(rid),
-            prompt_tokens=prompt,
-            completion_tokens=completion,
-            cached_tokens=_count(meta.get("cached_tokens")) or 0,
-            num_retractions=_count(meta.get("num_retractions")) or 0,
-            e2e_latency=float(latency)
-            if isinstance(latency, (int, float)) and not isinstance(latency, bool)
-            else None,
-            source=source,
+            time,
+            None if rid is None else str(rid),
+            prompt,
+            completion,
+            _count(meta.get("cached_tokens")) or 0,
+            _count(meta.get("num_retractions")) or 0,
+            float(latency) if isinstance(latency, (int, float)) and not isinstance(latency, bool) else None,
+            source,
         )
     except ValueError:
         return None
 
 
+# log_json (utils/log_utils.py) writes timestamp, event, then rid first: read those by position and decode
+# only the small meta_info object; anything unusual goes through a full json.loads.
+_JSON_HEAD = re.compile(r'\{"timestamp": "([^"\\]*)", "event": "([^"\\]*)"(?:, "rid": "([^"\\]*)")?')
+_META_KEY = '"meta_info": '
+_DECODER = json.JSONDecoder()
+
+
+def _parse_json_fast(message: str, head: _Head) -> tuple[RequestRecord | None, bool] | None:
+    match = _JSON_HEAD.match(message)
+    if match is None:
+        return None
+    stamp, event, rid = match.groups()
+    if event != "request.finished":
+        return None, True  # another request event (received, ...): nothing we read
+    at = message.rfind(_META_KEY)
+    if at < 0 or rid is None:
+        return None
+    try:
+        meta, _ = _DECODER.raw_decode(message, at + len(_META_KEY))
+    except ValueError:
+        return None
+    if not isinstance(meta, dict):
+        return None
+    time = _iso_time(stamp)
+    record = _record_from_meta(meta, head.time if time is None else time, rid, "json")
+    return record, record is not None
+
+
 def _parse_json_message(message: str, head: _Head) -> tuple[RequestRecord | None, bool]:
     """(record, recognised). `--log-requests-format json` lines and `--export-metrics-to-file` lines."""
+    fast = _parse_json_fast(message, head)
+    if fast is not None:
+        return fast
     try:
         data = json.loads(message)
     except ValueError:
@@ -398,13 +496,13 @@ def _parse_json_message(message: str, head: _Head) -> tuple[RequestRecord | None
     event = data.get("event")
     if event is not None:
         if event != "request.finished":
-            return None, True  # another request event (received, ...): nothing we read
+            return None, True
         out = data.get("out")
         meta = out.get("meta_info") if isinstance(out, dict) else None
         if not isinstance(meta, dict):
             return None, False
         time = _iso_time(data.get("timestamp"))
-        record = _record_from_meta(meta, time if time is not None else head.time, data.get("rid"), "json")
+        record = _record_from_meta(meta, head.time if time is None else time, data.get("rid"), "json")
         return record, record is not None
     if "prompt_tokens" in data:  # the export file: meta_info fields at the top level
         rid: Any = None
@@ -522,27 +620,34 @@ class LogLineParser:
         self._boot_lines: list[str] | None = None
         self._boot_time: float | None = None
         self._boot_has_caps = False
+        self._boot_loaders: set[tuple[int, ...]] = set()
 
     def feed(self, lines: Iterable[str]) -> list[LogEvent]:
         events: list[LogEvent] = []
         append = events.append
+        seen = unparsed = ignored = 0
         for raw in lines:
+            seen += 1
             line = raw.rstrip("\r\n")
-            self.lines_seen += 1
             event, outcome, head, message = _classify(line)
-            if outcome != _EVENT and head is not None and self._track_boot(line, message, head, events):
-                continue
             if outcome == _EVENT:
-                if event.__class__ is Retraction and self._is_duplicate(event, head):  # type: ignore[arg-type]
+                kind = event.__class__
+                if kind is StatsLine:
+                    if self._boot_lines is not None and self._boot_has_caps:
+                        self._emit_boot(events)  # the first batch after the caps line(s): boot is over
+                elif kind is Retraction and self._is_duplicate(event, head):  # type: ignore[arg-type]
                     self.duplicate_retractions += 1
                     continue
-                if event.__class__ is StatsLine and self._boot_lines is not None and self._boot_has_caps:
-                    self._emit_boot(events)  # the first batch after the caps line(s): boot is over
                 append(event)  # type: ignore[arg-type]
+            elif head is not None and self._track_boot(line, message, head, events):
+                continue
             elif outcome == _UNPARSED:
-                self.unparsed_lines += 1
-            elif outcome == _IGNORED:
-                self.ignored_lines += 1
+                unparsed += 1
+            else:
+                ignored += outcome == _IGNORED
+        self.lines_seen += seen
+        self.unparsed_lines += unparsed
+        self.ignored_lines += ignored
         return events
 
     def flush(self) -> list[LogEvent]:
@@ -556,9 +661,13 @@ class LogLineParser:
 
     def _track_boot(self, line: str, message: str, head: _Head, events: list[LogEvent]) -> bool:
         """Collect the non-event lines of a boot; True when the line was taken into a block."""
-        starts_boot = message.startswith("server_args=") or message.startswith("Load weight begin")
-        if starts_boot:
-            if self._boot_lines is not None and (self._boot_has_caps or message.startswith("server_args=")):
+        new_args = message.startswith("server_args=")
+        if new_args or message.startswith("Load weight begin"):
+            # Every rank prints `Load weight begin` once per boot: a second one from the same process, a
+            # server_args line or any start after the caps line means a new boot.
+            if self._boot_lines is not None and (
+                new_args or self._boot_has_caps or head.process in self._boot_loaders
+            ):
                 if self._boot_has_caps:
                     self._emit_boot(events)
                 else:
@@ -568,6 +677,9 @@ class LogLineParser:
                 self._boot_lines = []
                 self._boot_time = head.time
                 self._boot_has_caps = False
+                self._boot_loaders = set()
+            if not new_args:
+                self._boot_loaders.add(head.process)
             self._boot_lines.append(line)
             return True
         if self._boot_lines is None:
