@@ -1,0 +1,216 @@
+"""/server_info and /v1/loads: golden tests on the genuine bodies, old-version fallbacks, bad input."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from pathlib import Path
+
+import pytest
+from sources_loopback import LoopbackServer
+
+from advisor.errors import InputError
+from advisor.model.serving import slots_per_request
+from advisor.sources.http import HttpClient
+from advisor.sources.server_info import fetch_loads, fetch_server_info, parse_loads, parse_server_info
+
+SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures"
+# Each /server_info body matches a boot log: (body, boot log).
+PAIRS = {
+    "server_info-tp8-default.json": "boot-tp8-default.log",
+    "server_info-single-kvbound.json": "runtime-kvbound-single.log",
+}
+
+
+def _body(name: str) -> dict:
+    return json.loads((SHARED / "server_info" / name).read_text())
+
+
+@pytest.mark.parametrize("name", sorted(PAIRS))
+def test_golden_against_the_raw_body_and_the_boot_log(name: str) -> None:
+    body = _body(name)
+    info = parse_server_info(body)
+    serving = info.serving
+    assert info.version == body["version"] == "0.5.23"
+    assert info.model_name == body["served_model_name"]
+    assert serving.strategy == body["mamba_radix_cache_strategy"]
+    assert serving.mamba_full_memory_ratio == body["mamba_full_memory_ratio"]
+    assert serving.tp_size == body["tp_size"] and serving.dp_size == body["dp_size"]
+    assert serving.kv_cache_dtype == body["kv_cache_dtype"]
+    assert serving.mamba_ssm_dtype == body["mamba_ssm_dtype"]
+    assert serving.mem_fraction_static == body["mem_fraction_static"]
+    assert serving.max_mamba_cache_size is None  # the top-level user value; the computed one is per shard
+    assert serving.draft_tokens == 0 and not serving.replayssm
+    assert len(info.shards) == len(body["internal_states"]) == 1
+    shard = info.shards[0]
+    state = body["internal_states"][0]
+    assert shard.dp_rank == 0
+    assert shard.max_mamba_cache_size == state["max_mamba_cache_size"]
+    assert shard.effective_max_running_requests == state["effective_max_running_requests_per_dp"]
+    assert shard.kv_capacity_tokens == state["memory_usage"]["token_capacity"] == body["max_total_num_tokens"]
+    assert shard.kv_cache_gb == state["memory_usage"]["kvcache"]
+    assert shard.weight_gb == state["memory_usage"]["weight"]
+    assert shard.startup_available_gb == state["memory_usage"]["startup_available"]
+    # The same server's boot log prints the same pool sizes and caps.
+    boot = (SHARED / "logs" / PAIRS[name]).read_text()
+    assert f"max_mamba_cache_size: {shard.max_mamba_cache_size}," in boot
+    caps = re.search(r"max_total_num_tokens=(\d+), .*max_running_requests=(\d+)", boot)
+    assert caps is not None
+    assert (int(caps.group(1)), int(caps.group(2))) == (
+        shard.kv_capacity_tokens,
+        shard.effective_max_running_requests,
+    )
+    # And the serving config gives the S that explains the cap: cap = max_mamba_cache_size // S.
+    assert shard.max_mamba_cache_size // slots_per_request(serving) == shard.effective_max_running_requests
+
+
+def test_tp8_default_specifics() -> None:
+    info = parse_server_info(_body("server_info-tp8-default.json"))
+    assert (info.serving.strategy, info.serving.tp_size, info.serving.kv_cache_dtype) == (
+        "extra_buffer",
+        8,
+        "fp8_e4m3",
+    )
+    assert slots_per_request(info.serving) == 5  # "5 state slots per request" in its boot log
+
+
+def test_pre_0_5_16_strategy_name_and_null_fallbacks() -> None:
+    body = _body("server_info-single-kvbound.json")
+    del body["mamba_radix_cache_strategy"]
+    body.update(
+        mamba_scheduler_strategy="no_buffer",
+        mamba_full_memory_ratio=None,
+        page_size=None,
+        speculative_algorithm="EAGLE",
+        speculative_num_draft_tokens=4,
+        enable_linear_replayssm_spec=True,
+        enable_unified_memory=True,
+        max_mamba_cache_size=600,
+        dp_size=2,
+    )
+    body["internal_states"] = [copy.deepcopy(body["internal_states"][0]) for _ in range(2)]
+    body["internal_states"][1]["max_mamba_cache_size"] = 554
+    body["internal_states"][0]["env_vars"] = {"SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK": "1"}
+    info = parse_server_info(body)
+    serving = info.serving
+    assert serving.strategy == "no_buffer"
+    assert serving.mamba_full_memory_ratio == 0.9 and serving.page_size == 1
+    assert (serving.speculative_algorithm, serving.draft_tokens, serving.replayssm) == ("EAGLE", 4, True)
+    assert serving.unified_memory and serving.skip_decode_lock
+    assert serving.max_mamba_cache_size == 600 and serving.dp_size == 2
+    assert [(s.dp_rank, s.max_mamba_cache_size) for s in info.shards] == [(0, 555), (1, 554)]
+
+
+def test_model_path_when_no_served_name() -> None:
+    body = _body("server_info-tp8-default.json")
+    body["served_model_name"] = None
+    assert parse_server_info(body).model_name == "example/hybrid-moe"
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"mamba_radix_cache_strategy": "eager_buffer"}, "unknown mamba_radix_cache_strategy 'eager_buffer'"),
+        ({"tp_size": "eight"}, "tp_size='eight' is not an integer"),
+        ({"tp_size": 0}, "tp_size must be >= 1"),
+        ({"disable_radix_cache": "no"}, "disable_radix_cache='no' is not a boolean"),
+        ({"mamba_full_memory_ratio": -1.0}, "mamba_full_memory_ratio must be > 0"),
+        ({"internal_states": {"0": {}}}, "internal_states is not a list"),
+        (
+            {"internal_states": [{"memory_usage": {"token_capacity": 1.5}}]},
+            r"token_capacity=1.5 is not an integer",
+        ),
+    ],
+)
+def test_bad_bodies_are_input_errors(change: dict, message: str) -> None:
+    body = _body("server_info-tp8-default.json")
+    body.update(change)
+    with pytest.raises(InputError, match=message):
+        parse_server_info(body)
+
+
+def test_not_an_object_is_an_input_error() -> None:
+    with pytest.raises(InputError, match="expected a JSON object"):
+        parse_server_info([1, 2])  # type: ignore[arg-type]
+
+
+# /v1/loads as SGLang 0.5.23 builds it (entrypoints/v1_loads.py, managers/load_snapshot.py LoadSnapshot).
+V1_LOADS = {
+    "timestamp": "2026-11-29T10:05:00+00:00",
+    "version": "0.5.23",
+    "accelerator": "NVIDIA H200",
+    "num_accelerators": 4,
+    "loads": [
+        {"timestamp": 1.0, "dp_rank": 1, "num_running_reqs": 72, "num_waiting_reqs": 10, "num_used_tokens": 387576,
+         "max_total_num_tokens": 1167552, "max_running_requests": 51, "token_usage": 0.33},
+        {"timestamp": 1.0, "dp_rank": 0, "num_running_reqs": 56, "num_waiting_reqs": 12, "num_used_tokens": 200088,
+         "max_total_num_tokens": 1167552, "max_running_requests": 51, "token_usage": 0.17},
+    ],
+}  # fmt: skip
+
+
+def test_parse_loads_v1_and_old_get_load() -> None:
+    shards = parse_loads(V1_LOADS)
+    assert [(s.dp_rank, s.running_requests, s.waiting_requests, s.num_used_tokens) for s in shards] == [
+        (0, 56, 12, 200088),
+        (1, 72, 10, 387576),
+    ]
+    assert {s.max_running_requests for s in shards} == {51}
+    old = parse_loads([{"dp_rank": 0, "num_reqs": 7, "num_waiting_reqs": 2, "num_tokens": 900}])
+    assert (old[0].running_requests, old[0].waiting_requests, old[0].max_running_requests) == (7, 2, None)
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({"nothing": 1}, "no 'loads' list"),
+        ({"loads": ["x"]}, r"loads\[0\] is not an object"),
+        ("text", "expected a JSON object"),
+    ],
+)
+def test_bad_loads_are_input_errors(body: object, message: str) -> None:
+    with pytest.raises(InputError, match=message):
+        parse_loads(body)  # type: ignore[arg-type]
+
+
+def test_fetch_falls_back_to_pre_0_5_10_endpoints() -> None:
+    info_bytes = (SHARED / "server_info" / "server_info-tp8-default.json").read_bytes()
+    routes = {
+        "/get_server_info": (200, "application/json", info_bytes, 0.0),
+        "/get_load": (
+            200,
+            "application/json",
+            b'[{"dp_rank": 0, "num_reqs": 3, "num_waiting_reqs": 1}]',
+            0.0,
+        ),
+    }
+    with LoopbackServer(routes) as server:
+        client = HttpClient(timeout_seconds=5)
+        result = fetch_server_info(client, server.base_url + "/")
+        assert result.ok and isinstance(result.body, dict)
+        assert parse_server_info(result.body).shards[0].max_mamba_cache_size == 257
+        loads = fetch_loads(client, server.base_url)
+        assert loads.ok and parse_loads(loads.body)[0].running_requests == 3  # type: ignore[arg-type]
+        assert [path for path, _ in server.requests] == [
+            "/server_info",
+            "/get_server_info",
+            "/v1/loads",
+            "/get_load",
+        ]
+
+
+def test_fetch_prefers_current_endpoints_and_reports_failures() -> None:
+    routes = {
+        "/server_info": (503, "text/plain", b"starting", 0.0),
+        "/v1/loads": (200, "application/json", json.dumps(V1_LOADS).encode(), 0.0),
+    }
+    with LoopbackServer(routes) as server:
+        client = HttpClient(timeout_seconds=5)
+        failed = fetch_server_info(client, server.base_url)
+        assert (
+            not failed.ok and failed.status == 503 and failed.error is not None and "HTTP 503" in failed.error
+        )
+        loads = fetch_loads(client, server.base_url)
+        assert loads.ok and len(parse_loads(loads.body)) == 2  # type: ignore[arg-type]
+        assert [path for path, _ in server.requests] == ["/server_info", "/v1/loads"]
