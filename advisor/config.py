@@ -36,7 +36,7 @@ class TargetConfig:
 class AdvisorConfig:
     targets: tuple[TargetConfig, ...]
     interval_seconds: float = 15.0
-    listen: str = "127.0.0.1:9188"
+    listen: str = "127.0.0.1:9415"
     checkpoint_path: str | None = None
     half_life_seconds: float = 3600.0
     state_bias: float = 0.5

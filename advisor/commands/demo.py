@@ -24,7 +24,7 @@ def register(sub: Any) -> None:
     p.add_argument("--workload", default="demo", help="workload (shipped name or YAML; default: demo)")
     p.add_argument("--speed", type=float, default=60.0, help="simulated seconds per wall second (default 60)")
     p.add_argument("--seconds", type=float, default=40.0, help="wall seconds to watch before reporting (default 40)")
-    p.add_argument("--listen", default="127.0.0.1:9188", help="advisor /metrics and /status (port 0: any free port)")
+    p.add_argument("--listen", default="127.0.0.1:9415", help="advisor /metrics and /status (port 0: any free port)")
     p.add_argument("--serve", action="store_true", help="keep the emulator and the advisor running until Ctrl-C")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(handler=run)

@@ -20,7 +20,7 @@ def add_config_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", "-c", metavar="FILE", help="YAML config (targets, interval, listen, checkpoint, ...)")
     p.add_argument("--target", dest="target_urls", action="append", metavar="URL", help="an SGLang server URL (repeatable)")
     p.add_argument("--interval", dest="interval_seconds", type=float, metavar="SECONDS")
-    p.add_argument("--listen", metavar="HOST:PORT", help="where to serve /metrics, / and /status (default 127.0.0.1:9188)")
+    p.add_argument("--listen", metavar="HOST:PORT", help="where to serve /metrics, / and /status (default 127.0.0.1:9415)")
     p.add_argument("--checkpoint", dest="checkpoint_path", metavar="FILE")
     p.add_argument("--half-life", dest="half_life_seconds", type=float, metavar="SECONDS")
     p.add_argument("--state-bias", dest="state_bias", type=float, metavar="K", help="bias toward the state pool per unit spikiness")

@@ -29,6 +29,7 @@ class Advisor:
         self.store = store or SnapshotStore()
         self._wall_clock = wall_clock
         self._wall_start = wall_clock()
+        self._time_base = self._wall_start  # advisor time at _wall_start
         self.pipelines = [TargetPipeline(target, config) for target in config.targets]
         self.latest: dict[str, TargetStatus] = {}
         self.reports: dict[str, CycleReport] = {}
@@ -40,7 +41,7 @@ class Advisor:
     def now(self) -> float:
         """Advisor time: the wall clock, optionally running `time_scale` times faster (demo, bench)."""
         wall = self._wall_clock()
-        return self._wall_start + (wall - self._wall_start) * self.config.time_scale
+        return self._time_base + (wall - self._wall_start) * self.config.time_scale
 
     # -- checkpoint -----------------------------------------------------------------------------------
 
@@ -55,6 +56,10 @@ class Advisor:
                 pipeline.errors_total["checkpoint"] += 1
             log.warning("%s", problem)
         if state:
+            saved_at = state.get("saved_at")
+            if isinstance(saved_at, (int, float)) and saved_at > self.now():
+                # a sped-up clock (demo, bench) ran ahead of the wall: resume advisor time where it stopped
+                self._wall_start, self._time_base = self._wall_clock(), float(saved_at)
             targets = state.get("targets", {})
             for pipeline in self.pipelines:
                 saved = targets.get(pipeline.target.name)

@@ -1,0 +1,186 @@
+"""The daemon against the emulated SGLang server on loopback: restarts, kill -9, signals, config errors."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+import requests
+
+from advisor.config import config_from_dict
+from advisor.daemon.runner import Advisor
+from advisor.sim.config import load_server_config
+from advisor.sim.emulator import EmulatedServer
+from advisor.sim.workload import load_workload
+
+SPEED = 120.0
+
+
+@pytest.fixture
+def emulator(tmp_path):
+    log_path = tmp_path / "sglang.log"
+    server = EmulatedServer(load_server_config("default"), load_workload("demo"), speed=SPEED, log_path=str(log_path),
+                            request_log_path=str(log_path))
+    server.start()
+    yield server, log_path
+    server.stop()
+
+
+def make_advisor(url, log_path, tmp_path, **extra):
+    return Advisor(config_from_dict({
+        "targets": [{"name": "emu", "url": url, "log_paths": [str(log_path)]}],
+        "interval_seconds": 0.3, "time_scale": SPEED, "timeout_seconds": 2.0,
+        "checkpoint_path": str(tmp_path / "ckpt.json"), **extra,
+    }))
+
+
+def cycles(advisor, count, pause=0.3):
+    status = None
+    for _ in range(count):
+        status = advisor.run_cycle(timeout=5.0)[0]
+        time.sleep(pause)
+    return status
+
+
+def test_restart_with_a_new_ratio_rederives(emulator, tmp_path):
+    server, log_path = emulator
+    advisor = make_advisor(server.url, log_path, tmp_path)
+    before = cycles(advisor, 12)
+    assert before.recommendation.live_ratio == pytest.approx(0.9)
+    assert before.recommendation.decision == "raise_ratio"
+    requests.post(f"{server.url}/_emulator/restart?ratio=8", timeout=5).raise_for_status()
+    after = cycles(advisor, 8)
+    assert after.recommendation.live_ratio == pytest.approx(8.0)
+    assert after.recommendation.predicted_max_running_requests_live > before.recommendation.predicted_max_running_requests_live
+    assert after.recommendation.decision == "hold", after.recommendation.reason
+    # the workload history survives the server restart
+    assert after.workload.requests_observed > before.workload.requests_observed
+    advisor.close()
+
+
+def test_history_survives_a_daemon_restart(emulator, tmp_path):
+    server, log_path = emulator
+    first = make_advisor(server.url, log_path, tmp_path)
+    seen = cycles(first, 8).workload.requests_observed
+    first.close()
+    second = make_advisor(server.url, log_path, tmp_path)
+    assert second.load_checkpoint() is None
+    resumed = second.run_cycle(timeout=5.0)[0]
+    # resumed with the history (no double counting of the lifetime totals on the first scrape)
+    assert seen <= resumed.workload.requests_observed < seen * 1.5
+    assert resumed.recommendation.confidence > 0
+    second.close()
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_daemon(tmp_path, url, log_path, port):
+    config = tmp_path / "advisor.yaml"
+    config.write_text(json.dumps({
+        "targets": [{"name": "emu", "url": url, "log_paths": [str(log_path)]}],
+        "interval_seconds": 0.3, "time_scale": SPEED, "timeout_seconds": 2.0,
+        "checkpoint_path": str(tmp_path / "ckpt.json"), "listen": f"127.0.0.1:{port}",
+    }))
+    return subprocess.Popen([sys.executable, "-m", "advisor", "run", "--config", str(config)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for_requests(port, minimum, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            status = requests.get(f"http://127.0.0.1:{port}/status", timeout=2).json()
+            if status["targets"] and status["targets"][0]["workload"]["requests_observed"] >= minimum:
+                return status["targets"][0]
+        except (requests.RequestException, ValueError, KeyError):
+            pass
+        time.sleep(0.2)
+    raise AssertionError(f"daemon never reached {minimum} requests")
+
+
+def test_kill_9_mid_run_then_restart_keeps_history(emulator, tmp_path):
+    server, log_path = emulator
+    port = free_port()
+    daemon = start_daemon(tmp_path, server.url, log_path, port)
+    try:
+        before = wait_for_requests(port, 300)
+        time.sleep(0.35)  # let at least one more checkpoint land; the kill may hit mid-write
+    finally:
+        daemon.send_signal(signal.SIGKILL)
+        daemon.wait(timeout=10)
+    checkpoint = json.loads((tmp_path / "ckpt.json").read_text())
+    assert checkpoint["state"]["targets"]["emu"]["estimator"]["requests_total"] >= before["workload"]["requests_observed"] * 0.5
+    daemon = start_daemon(tmp_path, server.url, log_path, port)
+    try:
+        resumed = wait_for_requests(port, before["workload"]["requests_observed"])
+        assert resumed["recommendation"]["confidence"] > 0
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        out, err = daemon.communicate(timeout=20)
+    assert daemon.returncode == 0, err
+
+
+def test_sigterm_flushes_the_checkpoint_and_exits_0(emulator, tmp_path):
+    server, log_path = emulator
+    port = free_port()
+    daemon = start_daemon(tmp_path, server.url, log_path, port)
+    wait_for_requests(port, 100)
+    mtime_before = os.stat(tmp_path / "ckpt.json").st_mtime_ns
+    daemon.send_signal(signal.SIGTERM)
+    out, err = daemon.communicate(timeout=20)
+    assert daemon.returncode == 0, err
+    assert os.stat(tmp_path / "ckpt.json").st_mtime_ns >= mtime_before
+    assert json.loads((tmp_path / "ckpt.json").read_text())["state"]["targets"]["emu"]["estimator"]["requests_total"] >= 100
+
+
+def test_a_hanging_emulated_target_does_not_delay_a_healthy_one(emulator, tmp_path):
+    server, log_path = emulator
+    hanging = EmulatedServer(load_server_config("default"), load_workload("demo"), speed=SPEED)
+    hanging.start()
+    try:
+        hanging.set_fault("hang")
+        advisor = Advisor(config_from_dict({
+            "targets": [{"name": "hang", "url": hanging.url}, {"name": "ok", "url": server.url}],
+            "interval_seconds": 0.5, "timeout_seconds": 3.0,
+        }))
+        started = time.monotonic()
+        advisor.run_cycle(timeout=0.8)
+        elapsed = time.monotonic() - started
+        assert advisor.latest["ok"].up
+        assert "hang" not in advisor.latest or not advisor.latest["hang"].up
+        assert elapsed < 2.5  # bounded by the cycle's wait, not by the hanging target's 3 s timeout
+        advisor.close()
+    finally:
+        hanging.stop()
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [("interval_secs: 3\ntargets: [http://127.0.0.1:1]\n", "unknown field 'interval_secs'"),
+     ("targets: [{url: 'http://127.0.0.1:1', timeout: 3}]\n", "unknown field 'timeout' in targets[0]")],
+)
+def test_config_error_exits_2_naming_the_field(tmp_path, content, message):
+    config = tmp_path / "bad.yaml"
+    config.write_text(content)
+    proc = subprocess.run([sys.executable, "-m", "advisor", "run", "--config", str(config), "--once"],
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 2
+    assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_once_prints_the_recommendation(emulator, tmp_path):
+    server, _ = emulator
+    time.sleep(1.0)
+    proc = subprocess.run([sys.executable, "-m", "advisor", "run", "--target", server.url, "--once", "--json"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    status = json.loads(proc.stdout)[0]
+    assert status["up"] and status["recommendation"]["decision"] in ("insufficient_data", "raise_ratio")
