@@ -100,6 +100,9 @@ def main() -> int:
         text, _ = render_chunk(messages, start, 0, int(args.mb * 2**20))
         path.write_text(text)
         size_mb = path.stat().st_size / 2**20
+        print(
+            f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} (figures are wall-clock on a shared box)"
+        )
         print(f"generated {size_mb:.1f} MB, {text.count(chr(10))} lines at {path}")
         del text
 

@@ -11,6 +11,7 @@ and their parse is cached); "cold" clears that cache before every parse.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -40,6 +41,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=30, help="timed runs per figure (median reported)")
     args = parser.parse_args()
+    print(
+        f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} (wall-clock medians on a shared box)"
+    )
     print(f"{'exposition':28} {'KB':>5} {'lines':>6} {'ours warm ms':>12} {'ours cold ms':>12} "
           f"{'prom_client ms':>14} {'speed-up warm':>13} {'cold':>6}")  # fmt: skip
     for name in FILES:

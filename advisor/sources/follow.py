@@ -23,7 +23,7 @@ class LogFollower:
         *,
         start_at_end: bool = False,
         max_line_bytes: int = 1 << 20,
-        max_bytes_per_call: int = 64 << 20,
+        max_bytes_per_call: int = 16 << 20,
         encoding: str = "utf-8",
     ) -> None:
         if max_line_bytes < 1:

@@ -100,8 +100,7 @@ class _Head:
     process: tuple[int, ...]  # (pp, attn_cp, moe_dp, tp): which scheduler process printed the line
 
 
-_HEAD_CACHE: dict[str, _Head | None] = {}
-_HEAD_CACHE_LIMIT = 4096
+_CACHE_LIMIT = 4096
 
 
 _DAY_CACHE: dict[str, int | None] = {}
@@ -122,7 +121,7 @@ def _day_start(text: str) -> int | None:
             year, month, mday = int(text[:4]), int(text[5:7]), int(text[8:10])
             if 1 <= month <= 12 and 1 <= mday <= calendar.monthrange(year, month)[1]:
                 day = calendar.timegm((year, month, mday, 0, 0, 0))
-        if len(_DAY_CACHE) > 4096:
+        if len(_DAY_CACHE) > _CACHE_LIMIT:
             _DAY_CACHE.clear()
         _DAY_CACHE[text] = day
     return day
@@ -136,7 +135,7 @@ def _parse_timestamp(text: str) -> float | None:
     it is not one. Whole seconds are cached: neighbouring lines share them."""
     seconds = _SECOND_CACHE.get(text[:19], -1.0)
     if seconds == -1.0:
-        if len(_SECOND_CACHE) > 4096:
+        if len(_SECOND_CACHE) > _CACHE_LIMIT:
             _SECOND_CACHE.clear()
         seconds = _SECOND_CACHE[text[:19]] = _parse_whole_seconds(text[:19])
     if seconds is None or len(text) == 19:
@@ -179,7 +178,7 @@ def _parse_ranks(text: str) -> _RankInfo | None:
 def _ranks(text: str) -> _RankInfo | None:
     if text in _RANKS_CACHE:
         return _RANKS_CACHE[text]
-    if len(_RANKS_CACHE) >= _HEAD_CACHE_LIMIT:
+    if len(_RANKS_CACHE) >= _CACHE_LIMIT:
         _RANKS_CACHE.clear()
     ranks = _RANKS_CACHE[text] = _parse_ranks(text)
     return ranks
@@ -199,21 +198,26 @@ def _parse_head(head: str) -> _Head | None:
 
 
 _NO_HEAD = _Head(None, None, None, (0, 0, 0, -1))
+_NO_RANKS: _RankInfo = (None, None, (0, 0, 0, -1))
 
 
 def _split_line(line: str) -> tuple[_Head | None, str]:
     """(prefix info, message). Head None means the line starts with '[' but the prefix is garbled."""
     if not line.startswith("["):
         return _NO_HEAD, line
-    close = line.find("]", 19)
+    close = line.find("]", 20)
     if close < 0:
         return None, line
-    head_text = line[1:close]
-    head = _HEAD_CACHE.get(head_text, _NO_HEAD)
-    if head is _NO_HEAD:
-        if len(_HEAD_CACHE) >= _HEAD_CACHE_LIMIT:
-            _HEAD_CACHE.clear()
-        head = _HEAD_CACHE[head_text] = _parse_head(head_text)
+    if line[20] == "." or close > 20 and line[20] != " ":
+        head = _parse_head(line[1:close])  # SGLANG_LOG_MS milliseconds (or garbage): the general path
+    else:
+        # Whole seconds and rank names cached separately: a second is shared by every rank's lines.
+        stamp = line[1:20]
+        time = _SECOND_CACHE.get(stamp, -1.0)
+        if time == -1.0:
+            time = _parse_timestamp(stamp)
+        ranks = _ranks(line[21:close]) if close > 20 else _NO_RANKS
+        head = None if time is None or ranks is None else _Head(time, ranks[0], ranks[1], ranks[2])
     start = close + 2 if line.startswith(" ", close + 1) else close + 1
     return head, line[start:]
 
