@@ -32,7 +32,7 @@ import heapq
 import math
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -52,6 +52,10 @@ RETRACT_DECODE_STEPS = 20
 CLIP_MAX_NEW_TOKENS = 4096
 # `sglang:gen_throughput` decays to 0 after this long without decode stats (metrics_reporter.py).
 GEN_THROUGHPUT_STALE_SECONDS = 30.0
+
+
+def _event_time(event: SimEvent) -> float:
+    return event.time
 
 
 class _Req:
@@ -303,8 +307,12 @@ class Simulator:
         return f"{self.dp_rank:04x}{index:028x}"
 
     def _pull_arrivals(self, until: float, events: list[SimEvent]) -> None:
-        """Move every arrival with time <= until into the waiting queue (the scheduler sees it at
-        `until`); inputs at or over the context length are refused (aborted) there."""
+        """Move every arrival with time <= until into the waiting queue; inputs at or over the
+        context length are refused (aborted) at their arrival, as the tokenizer does.
+
+        Pulling early never changes a decision (the queue is read only when the scheduler decides,
+        and a planned decode run already stops at the first arrival that could be admitted), so
+        `advance` and the log ticks pull eagerly to report the queue as of their time."""
         context = self.server.model_context_len
         while self._next_arrival_time() <= until:
             spec, rid = self._pop_arrival()
@@ -312,7 +320,7 @@ class Simulator:
             self._issued += 1
             self.acc.arrived += 1
             if spec.input_tokens >= context:
-                self._finish(req, until, aborted=True, events=events)
+                self._finish(req, spec.time, aborted=True, events=events)
                 continue
             self.queue.append(req)
 
@@ -393,7 +401,9 @@ class Simulator:
             else:
                 if not self._run_decode(act, until, events):
                     break
+        self._pull_arrivals(until, events)
         self._horizon = max(self._horizon, until)
+        events.sort(key=_event_time)  # aborts at arrival may precede events of the same slice
         return events
 
     def snapshot(self) -> SimSnapshot:
@@ -415,7 +425,7 @@ class Simulator:
             max_running_requests=self.clamp,
             page_size=self.page,
             running_requests=running,
-            queued_requests=len(self.queue) + (1 if self.chunked is not None else 0),
+            queued_requests=len(self.queue),
             kv_used_tokens=self._per_rank(used_logical),
             kv_evictable_tokens=self._per_rank(self._evictable),
             mamba_used_slots=mamba_used,
@@ -544,7 +554,10 @@ class Simulator:
         ratio = self.ratio
         offset = 0.0
         if self.n:
-            remaining = np.clip(self._max_new - self._gen_base - step, 0, CLIP_MAX_NEW_TOKENS)
+            remaining = self._max_new - self._gen_base
+            remaining -= step
+            np.minimum(remaining, CLIP_MAX_NEW_TOKENS, out=remaining)
+            np.maximum(remaining, 0, out=remaining)  # free slots hold -step
             offset = float(remaining.sum()) * ratio
         current_offset = 0.0
         room = self.capacity - self._used(step)  # available + evictable
@@ -836,6 +849,7 @@ class Simulator:
         self.chunked = None
         self._staged_kv -= req.kv_own
         self._staged_seqs = 0
+        gained = req.kv_own
         self._release_kv(req)
         wasted = req.prefix_len + req.computed
         self.acc.retraction_events += 1
@@ -843,7 +857,6 @@ class Simulator:
         self.acc.wasted_tokens += wasted
         self.retracted_input_total += req.input_tokens
         self.retracted_output_total += req.generated
-        gained = req.kv_own
         self._requeue(req)
         self.limit = "kv"
         events.append(
@@ -951,7 +964,7 @@ class Simulator:
             j = tick * interval - act.s0
             tick_time = act.t0 + self._elapsed(a, b, j)
             tokens = self.decode_tokens_total + n * (j - j1)
-            self._pull_arrivals_for_report(tick_time, events)
+            self._pull_arrivals(tick_time, events)
             gap = tick_time - self._last_tick_time
             self._gen_throughput = (tokens - self._last_tick_tokens) / gap if gap > 0 else 0.0
             self._last_tick_time = tick_time
@@ -971,11 +984,6 @@ class Simulator:
                 )
             )
         self.decode_tokens_total += n * count
-
-    def _pull_arrivals_for_report(self, time: float, events: list[SimEvent]) -> None:
-        # Only when admission is blocked: then arrivals change nothing but the queue length.
-        if self.batch_full:
-            self._pull_arrivals(time, events)
 
     def _finish_due(self, events: list[SimEvent]) -> None:
         step = self.step
@@ -1043,13 +1051,9 @@ class SimResult:
     aborted_requests: int = 0
     in_system_at_end: int = 0
     mean_e2e_latency: float = 0.0
-    extras: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        if not out["extras"]:
-            out.pop("extras")
-        return out
+        return asdict(self)
 
 
 def _percentile(values: Sequence[float], q: float) -> float:
