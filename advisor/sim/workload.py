@@ -313,7 +313,7 @@ class Spike:
 # --------------------------------------------------------------------------- replay
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class ReplayTrace:
     """Requests read from SGLang request logs, arrival offsets from the first arrival."""
 
@@ -465,12 +465,14 @@ class Workload:
         source = (
             self._replay_blocks(generator) if self.replay is not None else self._parametric_blocks(generator)
         )
-        for block in source:
+        for block_end, block in source:
             for spec in block:
                 if spec.time >= end:
                     return
                 if spec.time >= start:
                     yield spec
+            if block_end >= end:
+                return
 
     def requests(self, seed: int, duration: float) -> list[RequestSpec]:
         return list(self.arrivals(np.random.default_rng(seed), 0.0, duration))
@@ -526,12 +528,26 @@ class Workload:
             k += 1
         return points
 
-    def _parametric_blocks(self, rng: np.random.Generator) -> Iterator[list[RequestSpec]]:
+    def _silent_after(self) -> float:
+        """The time after which no request can arrive (inf for every endless process)."""
+        if not self.phases or self.phases_repeat or self.spikes:
+            return math.inf
+        last = self.phases[-1]
+        silent = (
+            last.rate_scale == 0 or last.rate == 0 or (last.weights is not None and sum(last.weights) == 0)
+        )
+        return sum(p.duration for p in self.phases) if silent else math.inf
+
+    def _parametric_blocks(self, rng: np.random.Generator) -> Iterator[tuple[float, list[RequestSpec]]]:
+        """(block end, the block's requests) for consecutive blocks of BLOCK_SECONDS from t = 0."""
         base_weights = np.array([c.weight for c in self.classes], dtype=float)
         all_classes = list(self.classes) + [s.request_class for s in self.spikes]
+        silent_after = self._silent_after()
         block = 0
         while True:
             b0, b1 = block * BLOCK_SECONDS, (block + 1) * BLOCK_SECONDS
+            if b0 >= silent_after:
+                return
             block += 1
             times_parts: list[np.ndarray] = []
             class_parts: list[np.ndarray] = []
@@ -570,7 +586,7 @@ class Workload:
                         class_parts.append(np.full(count, len(self.classes) + index, dtype=np.int64))
                     k += 1
             if not times_parts:
-                yield []
+                yield b1, []
                 continue
             times = np.concatenate(times_parts)
             kinds = np.concatenate(class_parts).astype(np.int64)
@@ -605,11 +621,12 @@ class Workload:
                 specs.append(
                     RequestSpec(float(times[i]), int(inputs[i]), int(outputs[i]), int(caps[i]), group, prefix)
                 )
-            yield specs
+            yield b1, specs
 
     # ----------------------------------------------------------------- replay
 
-    def _replay_blocks(self, rng: np.random.Generator) -> Iterator[list[RequestSpec]]:
+    def _replay_blocks(self, rng: np.random.Generator) -> Iterator[tuple[float, list[RequestSpec]]]:
+        """(pass end, the requests) for each pass over the trace; later passes start after it."""
         trace = self.replay
         assert trace is not None
         count = len(trace.input_tokens)
@@ -624,15 +641,18 @@ class Workload:
                 gaps = rng.exponential(1.0 / trace.rate, count)
                 times = base + np.cumsum(gaps)
                 next_base = float(times[-1])
-            yield [
-                RequestSpec(
-                    float(times[i]),
-                    int(trace.input_tokens[i]),
-                    int(trace.output_tokens[i]),
-                    int(trace.max_new_tokens[i]),
-                )
-                for i in range(count)
-            ]
+            yield (
+                next_base,
+                [
+                    RequestSpec(
+                        float(times[i]),
+                        int(trace.input_tokens[i]),
+                        int(trace.output_tokens[i]),
+                        int(trace.max_new_tokens[i]),
+                    )
+                    for i in range(count)
+                ],
+            )
             if not trace.loop:
                 return
             base = next_base

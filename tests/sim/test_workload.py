@@ -300,3 +300,19 @@ def test_bad_workload_files_are_input_errors(tmp_path):
         load_workload(str(wrong))
     with pytest.raises(InputError, match="neither a file nor a shipped workload"):
         load_workload("no-such-workload")
+
+
+def test_sparse_and_finite_workloads_terminate():
+    sparse = workload_from_dict(_one_class(arrival={"process": "poisson", "rate": 0.0001}))
+    assert len(sparse.requests(seed=0, duration=600)) <= 2  # empty blocks do not hang the window
+    finite = workload_from_dict(
+        _one_class(phases=[{"duration": 120}, {"duration": 60, "rate_scale": 0}], phases_repeat=False)
+    )
+    specs = list(finite.arrivals(np.random.default_rng(0)))  # no end: stops once silent for good
+    assert specs and max(s.time for s in specs) < 120
+
+
+def test_replay_workloads_compare_and_hash_by_identity():
+    first, second = load_workload(str(REQUESTS_JSON)), load_workload(str(REQUESTS_JSON))
+    assert first == first and first != second
+    assert len({first, second}) == 2
