@@ -233,3 +233,21 @@ def test_garbage_is_one_clear_error(text: str, pattern: str) -> None:
         parse_metrics(text)
     assert isinstance(caught.value, InputError)
     assert "\n" not in str(caught.value)
+
+
+def test_scheduler_histogram_counts_one_tp_rank_per_dp_rank() -> None:
+    # sglang:queue_time_seconds is observed by each scheduler process: read tp 0 (4) of each DP rank, sum DPs.
+    text = "".join(
+        _sched("queue_time_seconds_bucket", count * (dp + 1), dp_rank=str(dp), tp_rank=str(tp), le=le)
+        for dp, tp in ((0, 0), (0, 1), (1, 4), (1, 5))
+        for le, count in (("0.1", 2), ("1.0", 5), ("+Inf", 6))
+    ) + "".join(
+        _sched(f"queue_time_seconds_{kind}", value * (dp + 1), dp_rank=str(dp), tp_rank=str(tp))
+        for dp, tp in ((0, 0), (0, 1), (1, 4), (1, 5))
+        for kind, value in (("sum", 3.5), ("count", 6))
+    )
+    histogram = parse_metrics(text).queue_time_histogram
+    assert histogram is not None
+    assert histogram.upper_bounds == (0.1, 1.0, math.inf)
+    assert histogram.cumulative_counts == (6, 15, 18)
+    assert (histogram.sum, histogram.count) == (10.5, 18)
