@@ -1,11 +1,11 @@
-"""Step-time cost model of the simulator: how long one decode step or one prefill batch takes.
-
-Every coefficient lives here, and every one is an ASSUMPTION, not a measurement: a memory-bound
-decode (fixed weight read + per-request state traffic + per-token KV read) and a compute-bound
-prefill. The defaults are calibrated loosely against the seed's TP8 B300 example (the `Decode
-batch` lines of `fixtures/logs/runtime-tp8.log`: ~2,200 tok/s at ~45 running, ~400k KV tokens),
-which gives tens of milliseconds per decode step at ~100 running requests.
+"""Step-time cost model of the simulator: seconds per decode step and per prefill batch, with every
+coefficient in one place. All of them are ASSUMPTIONS (see CostModel), not measurements.
 """
+
+# A memory-bound decode (fixed weight read + per-request state traffic + per-token KV read) and a
+# compute-bound prefill. The defaults are calibrated loosely against the seed's TP8 B300 example
+# (the `Decode batch` lines of `fixtures/logs/runtime-tp8.log`: ~2,200 tok/s at ~45 running and
+# ~400k KV tokens), which gives tens of milliseconds per decode step at ~100 running requests.
 
 from __future__ import annotations
 

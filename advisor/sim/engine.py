@@ -1,30 +1,35 @@
 """A discrete-event simulator of one SGLang 0.5.23 scheduler (one DP worker) serving a hybrid model
-under the two pools, and `simulate`/`sweep` on top of it.
-
-Event-driven: decode steps between events (a finish, the KV pool running out, an arrival that
-could be admitted, a log tick) are advanced in closed form, never per token per request.
-What it models, with the SGLang source it follows (paths under `sglang/srt/`):
-- admission (`managers/schedule_policy.py` PrefillAdder.add_one_req / add_chunked_req and
-  `mem_cache/prefill_budget.py`): a request slot must be free (`max_running_requests`, the state
-  clamp) and `extend + min(max_new - out, CLIP) + page < available + evictable - offset`, where the
-  offset reserves `min(max_new - out, CLIP) * new_token_ratio` for every running request
-  (`_get_running_request_total_token_offset`, CLIP = SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION = 4096)
-  plus what this pass already admitted; prefill is chunked at `chunked_prefill_size`; a pass stops
-  at the first request that does not fit (fcfs head-of-line) and sets `batch_is_full`, which only a
-  leaving request clears (`managers/scheduler.py` _get_new_batch_prefill_raw);
-- prefill runs before decode whenever a prefill batch forms (no mixed chunk);
-- decode (`managers/schedule_batch.py` check_decode_mem / retract_decode): each step allocates one
-  token per running request; when it cannot, requests are retracted fewest-output-first then
-  longest-input-first (`_get_decode_retraction_order`) until the step fits, at least one and never
-  the last (the last is aborted); retracted requests lose their KV, keep their output and are
-  appended to the waiting queue (`_add_request_to_queue`: fcfs does not re-sort);
-- new_token_ratio (`managers/scheduler_components/new_token_ratio_tracker.py`, `environ.py`):
-  init = min(SGLANG_INIT_NEW_TOKEN_RATIO 0.7 * schedule_conservativeness, 1), min = init *
-  SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR 0.14, decay (init - min) / SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS 600
-  per decode step without retraction; after a retraction it becomes min(1, (sum out + 20 *
-  SGLANG_RETRACT_DECODE_STEPS... i.e. 20 per request) / (sum max_new + 1)) over the requests kept;
-  reset to init when the scheduler is fully idle.
+under the two pools, and `simulate` / `sweep` / `best_result` on top of it. Decode steps between
+events are advanced in closed form, never per token per request.
 """
+
+# What it models, with the SGLang source it follows (paths under `sglang/srt/`):
+# - admission (`managers/schedule_policy.py` PrefillAdder.add_one_req / add_chunked_req,
+#   `mem_cache/prefill_budget.py`): a request slot must be free (`max_running_requests`, the state
+#   clamp) and `extend + min(max_new - out, CLIP) + page < available + evictable - offset`, where
+#   the offset reserves `min(max_new - out, CLIP) * new_token_ratio` for every running request
+#   (`_get_running_request_total_token_offset`; CLIP = SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION = 4096)
+#   plus what this pass already admitted; prefill is chunked at `chunked_prefill_size`; a pass
+#   stops at the first request that does not fit (fcfs head-of-line) and sets `batch_is_full`,
+#   which only a leaving request clears (`managers/scheduler.py` _get_new_batch_prefill_raw);
+# - a prefill batch, when one forms, runs before decode (no mixed chunk), so a chunked long prompt
+#   stalls decode until its last chunk;
+# - decode (`managers/schedule_batch.py` check_decode_mem / retract_decode): each step allocates
+#   one token per running request; when it cannot, requests are retracted fewest-output-first,
+#   then longest-input-first (`_get_decode_retraction_order`), until the step fits: at least one,
+#   never the last (the last is aborted instead); the retracted lose their KV, keep their output
+#   and are appended to the waiting queue (`scheduler.py` _add_request_to_queue; fcfs does not
+#   re-sort), to be prefilled again from input + output;
+# - new_token_ratio (`managers/scheduler_components/new_token_ratio_tracker.py`, `environ.py`):
+#   init = min(SGLANG_INIT_NEW_TOKEN_RATIO 0.7 x schedule_conservativeness, 1), floor = init x
+#   SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR 0.14, decay (init - floor) / SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS
+#   600 per decode step without retraction; after a retraction it is set to
+#   min(1, (sum of output + SGLANG_RETRACT_DECODE_STEPS 20 x requests) / (sum of max_new + 1)) over
+#   the requests kept; reset to init whenever the scheduler is fully idle (`scheduler.py` on_idle).
+# Simplifications: one token per page of accounting (page_size only rounds the pool), no overlap
+# scheduler lookahead, speculative decoding as `spec_accept_length` tokens per verify step with
+# the draft tokens held in KV, DCP as a KV pool of kv_tokens x dcp_size logical tokens, and a
+# request that cannot fit even an empty pool is aborted (SGLang would keep it waiting).
 
 from __future__ import annotations
 

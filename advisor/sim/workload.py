@@ -1,10 +1,6 @@
-"""Workloads for the simulator: when requests arrive and how long they are.
-
-A workload is a YAML file (a library ships in `advisor/data/workloads/`): a parametric mixture
-of request classes (lognormal input/output lengths, a max_new_tokens policy) under an arrival
-process (poisson, on/off bursts, diurnal), optionally shifted by phases and spiked by bursts of
-long documents; or a replay of SGLang request logs (`--log-requests-format json` lines or
-`--export-metrics-to-file` JSONL). Generation is vectorised (numpy) and deterministic under a seed.
+"""Workloads for the simulator: when requests arrive and how long they are, from YAML files
+(parametric mixtures under poisson / on-off / diurnal arrivals, phases and spikes) or replayed
+SGLang request logs; generation is vectorised and deterministic under a seed.
 """
 
 from __future__ import annotations
