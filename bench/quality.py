@@ -132,12 +132,28 @@ def formula_ratio(server: SimServerConfig, arrivals) -> float:
     return optimal_ratio_for(server.serving, server.constants, mean_context)
 
 
+def cached_oracle(name: str, server_name: str, server, workload, arrivals, args) -> tuple[float, float]:
+    """(oracle ratio, oracle goodput), from `--oracle-cache` when the same sweep was run before."""
+    key = f"{name}|{server_name}|{args.duration}|{args.warmup}|{args.seed}|{args.points}"
+    cache: dict[str, list[float]] = {}
+    path = Path(args.oracle_cache) if args.oracle_cache else None
+    if path is not None and path.exists():
+        cache = json.loads(path.read_text())
+    if key not in cache:
+        best_ratio, best = oracle(server, workload, arrivals, duration=args.duration, warmup=args.warmup,
+                                  seed=args.seed, points=args.points)
+        cache[key] = [best_ratio, best.goodput_tokens_per_second]
+        if path is not None:
+            path.write_text(json.dumps(cache, indent=1))
+    ratio, goodput = cache[key]
+    return ratio, goodput
+
+
 def evaluate(name: str, server_name: str, args) -> Row:
     server = load_server_config(server_name)
     workload = load_workload(name)
     arrivals = workload.requests(args.seed, args.duration)
-    best_ratio, best = oracle(server, workload, arrivals, duration=args.duration, warmup=args.warmup, seed=args.seed,
-                              points=args.points)
+    best_ratio, best_goodput = cached_oracle(name, server_name, server, workload, arrivals, args)
     started = time.monotonic()
     advisor_ratio, pin, decision = watch_with_advisor(server, workload, speed=args.speed, minutes=args.watch_minutes,
                                                       state_bias=args.state_bias, seed=args.seed + 1)
@@ -154,7 +170,7 @@ def evaluate(name: str, server_name: str, args) -> Row:
     f_ratio = formula_ratio(server, arrivals)
     formula = run_at(server, workload, arrivals, ratio=f_ratio, duration=args.duration, warmup=args.warmup, seed=args.seed)
     return Row(
-        workload=name, server=server_name, oracle_ratio=best_ratio, oracle_goodput=best.goodput_tokens_per_second,
+        workload=name, server=server_name, oracle_ratio=best_ratio, oracle_goodput=best_goodput,
         advisor_ratio=advisor_ratio, advisor_decision=decision, advisor_pin=pin, formula_ratio=f_ratio,
         advisor_goodput=advisor_result.goodput_tokens_per_second, default_goodput=default.goodput_tokens_per_second,
         formula_goodput=formula.goodput_tokens_per_second, watch_seconds=watch,
@@ -172,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--watch-minutes", type=float, default=40.0, help="simulated minutes the advisor watches")
     parser.add_argument("--state-bias", type=float, default=None, help="override the advisor's state_bias knob")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--oracle-cache", metavar="FILE", help="reuse oracle sweeps across runs (e.g. a bias sweep)")
     args = parser.parse_args(argv)
     if args.state_bias is None:
         from advisor.config import AdvisorConfig

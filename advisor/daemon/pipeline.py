@@ -287,7 +287,7 @@ class TargetPipeline:
         model = self.server_model()
         picture = WorkloadPicture(
             summary=self.estimator.summary(now),
-            inverse_context=self.estimator.windowed_inverse_context(),
+            context_length=self.estimator.time_averaged_context(),
             confidence=self.estimator.confidence(now),
         )
         try:

@@ -9,8 +9,8 @@ The live context of the running set (`decode_sum_seq_lens / num_running_reqs`) i
 
 Spikiness: finished requests are grouped into windows (>= `window_min_requests` and >= `window_min_seconds`);
 each window's residence-weighted L enters time-weighted decayed moments of ln L. spikiness = their standard
-deviation (0 for steady traffic, ~0.7 for two regimes a factor 4 apart). The time-weighted mean of 1/L over
-windows is what the recommender turns into r (Jensen: it is >= 1 / mean L, so swings push r up).
+deviation (0 for steady traffic, ~0.7 for two regimes a factor 4 apart). The time-weighted mean of the window
+L is the time-averaged L the recommender turns into r; the spikiness sets its bias toward the state pool.
 
 Half-life: 1 hour by default. LLM traffic shifts within hours, not days (VPA's 24 h is for container sizing);
 one hour keeps a regime shift from lingering past an afternoon while smoothing minute-scale bursts.
@@ -120,7 +120,7 @@ class WorkloadEstimator:
         self.resident_context = DecayingHistogram(half_life)  # weight: residence (output tokens)
         self.live_context = DecayingHistogram(half_life)  # weight: seconds observed
         self.window_log_context = DecayingMoments(half_life)  # x = ln(window L), weight: window seconds
-        self.window_inverse_context = DecayingMoments(half_life)  # x = 1 / window L, weight: window seconds
+        self.window_context = DecayingMoments(half_life)  # x = window L, weight: window seconds
         self.time = DecayingMoments(half_life)  # scrape seconds; the base of every rate below
         self.saturated = DecayingMoments(half_life)
         self.kv_blocked = DecayingMoments(half_life)
@@ -197,7 +197,7 @@ class WorkloadEstimator:
             window_context = self.window_context_residence / self.window_residence
             if window_context > 0:
                 self.window_log_context.add(math.log(window_context), duration, now)
-                self.window_inverse_context.add(1.0 / window_context, duration, now)
+                self.window_context.add(window_context, duration, now)
         self.window_start = now
         self.window_requests = self.window_context_residence = self.window_residence = 0.0
 
@@ -239,13 +239,10 @@ class WorkloadEstimator:
         """The L the KV pool sees: the residence-weighted mean final context of finished requests."""
         return self.resident_context.mean()
 
-    def windowed_inverse_context(self) -> float | None:
-        """Time-weighted mean over windows of 1 / (window L), falling back to the pooled estimate."""
-        value = self.window_inverse_context.mean()
-        if value is None:
-            pooled = self.effective_context_length()
-            return None if not pooled else 1.0 / pooled
-        return value
+    def time_averaged_context(self) -> float | None:
+        """Time-weighted mean over windows of the window's L_eff, falling back to the pooled estimate."""
+        value = self.window_context.mean()
+        return self.effective_context_length() if value is None else value
 
     def spikiness(self) -> float:
         value = self.window_log_context.std()
@@ -278,7 +275,7 @@ class WorkloadEstimator:
     # -- checkpoint -----------------------------------------------------------------------------------
 
     _HISTOGRAMS = ("request_context", "resident_context", "live_context")
-    _MOMENTS = ("window_log_context", "window_inverse_context", "time", "saturated", "kv_blocked", "retractions",
+    _MOMENTS = ("window_log_context", "window_context", "time", "saturated", "kv_blocked", "retractions",
                 "retracted_tokens", "kv_usage", "queue", "new_token_ratio")
     _SCALARS = ("requests_total", "first_time", "last_time", "last_scrape_time", "window_start", "window_requests",
                 "window_context_residence", "window_residence")

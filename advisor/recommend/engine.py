@@ -2,11 +2,11 @@
 a decision and its reason. Pure: everything it needs is passed in, `now` included.
 
 r_target = r*(L_eff) * exp(state_bias * spikiness) * closed_loop, where
-- r*(L_eff) uses the time-weighted mean over windows of 1 / L_eff, and L_eff is the residence-weighted final
-  context (what the KV pool must hold per running request). For a stationary point-mass workload this is the
-  seed's r* exactly; for spread-out or heavy-tailed traffic it is below the request-mean formula's r (which
-  over-provisions the state pool there); for traffic swinging between regimes it is at least r* at the
-  time-averaged L (Jensen), then the state bias raises it further.
+- r*(L_eff) uses the time-averaged L_eff over windows, and L_eff is the residence-weighted final context (what
+  the KV pool must hold per running request). For a stationary point-mass workload this is the seed's r*
+  exactly; for spread-out or heavy-tailed traffic it is below the request-mean formula's r (which
+  over-provisions the state pool there); for traffic swinging between regimes it is r* at the time-averaged L,
+  which the state bias then raises.
 - state_bias is the one knob for the asymmetry (the state pool fails hard, the KV pool degrades); its default
   is chosen by `bench/quality.py`.
 - closed_loop nudges r when the server's own signals contradict the model's predicted binding pool at the live
@@ -71,7 +71,7 @@ class ServerModel:
 @dataclass
 class WorkloadPicture:
     summary: WorkloadSummary
-    inverse_context: float | None  # time-weighted mean of 1 / L_eff over windows
+    context_length: float | None  # time-averaged L_eff over windows (tokens)
     confidence: float
 
 
@@ -128,7 +128,7 @@ def _recommend(model: ServerModel, picture: WorkloadPicture, settings: Recommend
         base.reason = "byte constants unknown: no boot log and /server_info did not give the pool sizes"
         return base
     if (
-        picture.inverse_context is None
+        not picture.context_length
         or summary.requests_observed < settings.min_requests
         or summary.history_seconds < settings.min_history_seconds
     ):
@@ -139,7 +139,7 @@ def _recommend(model: ServerModel, picture: WorkloadPicture, settings: Recommend
         return base
 
     constants = model.constants
-    context = 1.0 / picture.inverse_context
+    context = float(picture.context_length)
     r_center = optimal_ratio_for(serving, constants, context)
     spikiness = summary.spikiness or 0.0
     bias = math.exp(settings.state_bias * spikiness)

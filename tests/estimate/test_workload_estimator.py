@@ -22,7 +22,7 @@ def test_point_mass_effective_length_is_input_plus_output():
     est = WorkloadEstimator(SETTINGS)
     feed(est, [(8192, 1024)] * 400, 0.0, 5.0)
     assert est.effective_context_length() == pytest.approx(9216)
-    assert 1 / est.windowed_inverse_context() == pytest.approx(9216)
+    assert est.time_averaged_context() == pytest.approx(9216)
     assert est.spikiness() == pytest.approx(0.0, abs=1e-6)
     summary = est.summary(200.0)
     assert summary.context_length_mean == pytest.approx(9216)
@@ -55,8 +55,10 @@ def test_regime_swings_raise_spikiness_and_harmonic_mean():
         t = feed(est, [(1500, 500)] * 200, t, 2.0)
         t = feed(est, [(30000, 2000)] * 200, t, 2.0)
     assert est.spikiness() > 0.5
-    time_averaged_l = (2000 + 32000) / 2
-    assert est.windowed_inverse_context() > 1 / time_averaged_l
+    # equal time in each regime: the time-averaged L sits between the two regimes' L_eff
+    low, high = (1500 + 500), (30000 + 2000)
+    assert low < est.time_averaged_context() < high
+    assert est.time_averaged_context() == pytest.approx((low + high) / 2, rel=0.1)
 
 
 def test_scrape_rates_and_saturation():
