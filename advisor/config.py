@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -79,7 +80,7 @@ def _number(value: Any, name: str, *, positive: bool = True, integer: bool = Fal
     return number
 
 
-def _target(raw: Any, index: int) -> TargetConfig:
+def _target(raw: Any, index: int, env: Mapping[str, str]) -> TargetConfig:
     where = f"targets[{index}]"
     if isinstance(raw, str):
         raw = {"url": raw}
@@ -93,7 +94,7 @@ def _target(raw: Any, index: int) -> TargetConfig:
         raise InputError(f"field '{where}.url' must be an http(s) URL, got {url!r}")
     api_key = raw.get("api_key")
     if raw.get("api_key_env"):
-        api_key = os.environ.get(str(raw["api_key_env"])) or api_key
+        api_key = env.get(str(raw["api_key_env"])) or api_key
         if api_key is None:
             raise InputError(f"field '{where}.api_key_env': environment variable {raw['api_key_env']} is not set")
     logs = raw.get("log_paths", ())
@@ -114,7 +115,8 @@ def _target(raw: Any, index: int) -> TargetConfig:
     )
 
 
-def config_from_dict(data: dict[str, Any]) -> AdvisorConfig:
+def config_from_dict(data: dict[str, Any], env: Mapping[str, str] | None = None) -> AdvisorConfig:
+    """Validate a config mapping; `env` (default: the process environment) resolves `api_key_env`."""
     if not isinstance(data, dict):
         raise InputError("advisor config must be a mapping")
     for key in data:
@@ -123,7 +125,8 @@ def config_from_dict(data: dict[str, Any]) -> AdvisorConfig:
     raw_targets = data.get("targets") or []
     if not isinstance(raw_targets, list):
         raise InputError("field 'targets' must be a list")
-    targets = tuple(_target(t, i) for i, t in enumerate(raw_targets))
+    environment = os.environ if env is None else env
+    targets = tuple(_target(t, i, environment) for i, t in enumerate(raw_targets))
     names = [t.name for t in targets]
     if len(set(names)) != len(names):
         raise InputError(f"field 'targets': duplicate target name in {names}")
@@ -188,7 +191,7 @@ def build_config(path: str | Path | None, env: dict[str, str], overrides: dict[s
             data[key] = value
     if extra_urls:
         data["targets"] = [*(data.get("targets") or []), *({"url": u} for u in extra_urls)]
-    config = config_from_dict(data)
+    config = config_from_dict(data, env)
     if not config.targets:
         raise InputError("no targets: give --target URL or a config file with 'targets'")
     return config

@@ -21,9 +21,8 @@ def test_file_env_and_flags_layer(tmp_path):
     assert config.targets[0].log_paths == ("/var/log/a.log",)
 
 
-def test_api_key_from_env_is_not_in_repr(monkeypatch):
-    monkeypatch.setenv("SGL_KEY", "s3cret")
-    config = config_from_dict({"targets": [{"url": "http://127.0.0.1:1", "api_key_env": "SGL_KEY"}]})
+def test_api_key_from_env_is_not_in_repr(tmp_path):
+    config = config_from_dict({"targets": [{"url": "http://127.0.0.1:1", "api_key_env": "SGL_KEY"}]}, {"SGL_KEY": "s3cret"})
     assert config.targets[0].api_key == "s3cret"
     assert "s3cret" not in repr(config)
 
@@ -45,6 +44,16 @@ def test_mistakes_are_named(data, message):
     with pytest.raises(InputError) as err:
         config_from_dict(data)
     assert message in str(err.value)
+
+
+def test_shipped_example_config_is_valid():
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parents[2] / "deploy" / "advisor.yaml"
+    config = build_config(example, {"SGLANG_API_KEY": "k"}, {})
+    assert config.targets[0].api_key == "k" and config.listen_port == 9415
+    with pytest.raises(InputError, match="SGLANG_API_KEY is not set"):
+        build_config(example, {}, {})
 
 
 def test_no_targets_and_bad_yaml(tmp_path):
