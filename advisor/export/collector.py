@@ -154,7 +154,7 @@ _GAUGES: tuple[tuple[str, str, StatusField], ...] = (
     ),
     (
         "observed_max_running_requests",
-        "Highest number of running requests observed in the advisor's window.",
+        "max_running_requests the server reports per DP worker (its effective concurrency clamp).",
         _from_recommendation(lambda r: r.observed_max_running_requests),
     ),
     (

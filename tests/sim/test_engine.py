@@ -7,6 +7,7 @@ import dataclasses
 import math
 
 import pytest
+from test_simulate_cli import RESULT_KEYS
 
 from advisor.errors import InputError
 from advisor.sim.config import load_server_config, parse_bytes, server_config_from_dict
@@ -413,27 +414,7 @@ def test_sweep_runs_every_ratio_on_the_same_arrivals():
 def test_result_fields_are_consistent():
     result = simulate(load_server_config("default"), load_workload("demo"), duration=600, seed=0, warmup=100)
     data = result.to_dict()
-    for key in (
-        "ratio",
-        "max_running_requests",
-        "kv_capacity_tokens",
-        "max_mamba_cache_size",
-        "completed_requests",
-        "goodput_requests_per_second",
-        "goodput_tokens_per_second",
-        "retractions",
-        "retracted_requests",
-        "wasted_tokens",
-        "queue_time_p50",
-        "queue_time_p90",
-        "queue_time_p99",
-        "mean_running_requests",
-        "state_bound_fraction",
-        "kv_bound_fraction",
-        "mean_live_context",
-        "mean_request_context",
-    ):
-        assert key in data
+    assert RESULT_KEYS <= data.keys()
     assert result.queue_time_p50 <= result.queue_time_p90 <= result.queue_time_p99
     assert 0 <= result.state_bound_fraction + result.kv_bound_fraction <= 1.0 + 1e-9
     assert result.goodput_requests_per_second == pytest.approx(result.completed_requests / 500)
