@@ -46,6 +46,7 @@ SUITE = (
     ("dcp", "dcp8"),
 )
 DEFAULT_RATIO = 0.9
+ACTING_DECISIONS = ("raise_ratio", "lower_ratio", "pin_state_pool")
 
 
 @dataclass
@@ -54,7 +55,8 @@ class Row:
     server: str
     oracle_ratio: float
     oracle_goodput: float
-    advisor_ratio: float
+    advisor_ratio: float  # the ratio the operator ends up running (live 0.9 unless the advisor says change)
+    advisor_target_ratio: float | None
     advisor_decision: str
     advisor_pin: int | None
     formula_ratio: float
@@ -158,7 +160,9 @@ def evaluate(name: str, server_name: str, args) -> Row:
     advisor_ratio, pin, decision = watch_with_advisor(server, workload, speed=args.speed, minutes=args.watch_minutes,
                                                       state_bias=args.state_bias, seed=args.seed + 1)
     watch = time.monotonic() - started
-    if advisor_ratio is None:
+    target_ratio = advisor_ratio
+    if advisor_ratio is None or decision not in ACTING_DECISIONS:
+        # the operator keeps the live config unless the advisor says to change it
         advisor_ratio, pin = DEFAULT_RATIO, None
     advisor_result = run_at(server, workload, arrivals, ratio=advisor_ratio, pin=pin, duration=args.duration,
                             warmup=args.warmup, seed=args.seed)
@@ -171,7 +175,7 @@ def evaluate(name: str, server_name: str, args) -> Row:
     formula = run_at(server, workload, arrivals, ratio=f_ratio, duration=args.duration, warmup=args.warmup, seed=args.seed)
     return Row(
         workload=name, server=server_name, oracle_ratio=best_ratio, oracle_goodput=best_goodput,
-        advisor_ratio=advisor_ratio, advisor_decision=decision, advisor_pin=pin, formula_ratio=f_ratio,
+        advisor_ratio=advisor_ratio, advisor_target_ratio=target_ratio, advisor_decision=decision, advisor_pin=pin, formula_ratio=f_ratio,
         advisor_goodput=advisor_result.goodput_tokens_per_second, default_goodput=default.goodput_tokens_per_second,
         formula_goodput=formula.goodput_tokens_per_second, watch_seconds=watch,
     )

@@ -29,6 +29,8 @@ from advisor.estimate.histogram import DecayingHistogram, DecayingMoments
 from advisor.recommend.types import WorkloadSummary
 
 CHECKPOINT_VERSION = 1
+# KV usage above which a queue waiting below the clamp counts as KV-blocked admission.
+KV_PRESSURE_USAGE = 0.75
 
 
 @dataclass(frozen=True)
@@ -214,12 +216,20 @@ class WorkloadEstimator:
         clamp = sample.max_running_requests
         at_clamp = clamp is not None and clamp > 0 and running >= clamp
         self.saturated.add(1.0 if (at_clamp and queued > 0) else 0.0, interval, now)
-        self.kv_blocked.add(1.0 if (queued > 0 and not at_clamp) else 0.0, interval, now)
+        kv_usage = (
+            sample.kv_used_tokens / sample.kv_capacity_tokens
+            if sample.kv_used_tokens is not None and sample.kv_capacity_tokens
+            else None
+        )
+        # KV-blocked admission: a queue waits below the clamp while the KV pool is under pressure (the
+        # admission reservation is not observable, so usage stands in for it; without usage, any such wait).
+        kv_pressed = kv_usage is None or kv_usage >= KV_PRESSURE_USAGE
+        self.kv_blocked.add(1.0 if (queued > 0 and not at_clamp and kv_pressed) else 0.0, interval, now)
         self.retractions.add(sample.retracted_requests / interval, interval, now)
         self.retracted_tokens.add(sample.retracted_tokens / interval, interval, now)
         self.queue.add(queued, interval, now)
-        if sample.kv_used_tokens is not None and sample.kv_capacity_tokens:
-            self.kv_usage.add(sample.kv_used_tokens / sample.kv_capacity_tokens, interval, now)
+        if kv_usage is not None:
+            self.kv_usage.add(kv_usage, interval, now)
         if sample.new_token_ratio is not None:
             self.new_token_ratio.add(sample.new_token_ratio, interval, now)
         if sample.decode_sum_seq_lens is not None and running > 0:

@@ -172,7 +172,8 @@ def _recommend(model: ServerModel, picture: WorkloadPicture, settings: Recommend
     target = r_center * bias * math.exp(loop)
 
     confidence = min(1.0, picture.confidence)
-    band = settings.base_band + 0.5 * spikiness + 0.5 * (1.0 - confidence)
+    # Bounds widen while evidence is thin (VPA's confidence idea); spikiness acts through the bias, not here.
+    band = settings.base_band + 0.5 * (1.0 - confidence)
     rec = base
     rec.ratio = target
     rec.ratio_lower = target * math.exp(-band)

@@ -92,3 +92,19 @@ def test_checkpoint_round_trip_through_json():
     assert restored.confidence(40.0) == est.confidence(40.0)
     with pytest.raises(ValueError):
         WorkloadEstimator.from_dict({"version": 99})
+
+
+def test_kv_blocked_needs_a_queue_below_the_clamp_and_kv_pressure():
+    est = WorkloadEstimator(SETTINGS)
+    samples = [
+        ScrapeSample(30, 5, 51, kv_used_tokens=900, kv_capacity_tokens=1000),  # blocked: KV 90% full
+        ScrapeSample(30, 5, 51, kv_used_tokens=200, kv_capacity_tokens=1000),  # queue, but KV idle: not KV
+        ScrapeSample(51, 5, 51, kv_used_tokens=900, kv_capacity_tokens=1000),  # at the clamp: state
+        ScrapeSample(30, 0, 51, kv_used_tokens=900, kv_capacity_tokens=1000),  # no queue
+    ]
+    est.observe_scrape(0.0, samples[-1])
+    for i, sample in enumerate(samples):
+        est.observe_scrape(10.0 * (i + 1), sample)
+    summary = est.summary(40.0)
+    assert summary.kv_blocked_ratio == pytest.approx(0.25, rel=0.01)
+    assert summary.state_pool_saturation_ratio == pytest.approx(0.25, rel=0.01)
