@@ -185,6 +185,7 @@ def _recommend(model: ServerModel, picture: WorkloadPicture, settings: Recommend
     rec.predicted_max_running_requests_live = live_split.max_running_requests if live_split else None
 
     pin: int | None = None
+    balanced_gain: float | None = None
     if model.rest_bytes is not None:
         rec_split = split_pools(model.rest_bytes, serving.with_ratio(target), constants, model_context_len=model.model_context_len)
         if target < PIN_RATIO_THRESHOLD or serving.dcp_size > 1:
@@ -202,6 +203,13 @@ def _recommend(model: ServerModel, picture: WorkloadPicture, settings: Recommend
             live_concurrency = min(live_split.max_running_requests, live_kv_requests)
             rec_concurrency = min(rec_split.max_running_requests, rec_kv)
             rec.predicted_gain_ratio = rec_concurrency / live_concurrency if live_concurrency > 0 else None
+            # What a change is worth at all: the balanced (unbiased) split's gain. The biased target sits past
+            # the balance at the mean L on purpose, so its own predicted gain understates the value of moving.
+            balanced_split = split_pools(model.rest_bytes, serving.with_ratio(r_center), constants,
+                                         model_context_len=model.model_context_len)
+            balanced_kv, _ = _concurrency(balanced_split, context, serving.dcp_size)
+            if live_concurrency > 0:
+                balanced_gain = min(balanced_split.max_running_requests, balanced_kv) / live_concurrency
     mfs, lever = free_lever(model.memory)
     rec.recommended_mem_fraction_static = mfs
     if lever:
@@ -218,7 +226,8 @@ def _recommend(model: ServerModel, picture: WorkloadPicture, settings: Recommend
 
     inside = live_ratio is not None and rec.ratio_lower <= live_ratio <= rec.ratio_upper
     gain = rec.predicted_gain_ratio
-    small_gain = gain is not None and gain < 1.0 + settings.min_gain
+    worth = max(g for g in (gain, balanced_gain, 0.0) if g is not None)
+    small_gain = gain is not None and worth < 1.0 + settings.min_gain
     if pin is not None and not (serving.max_mamba_cache_size is not None and abs(serving.max_mamba_cache_size - pin) <= 0.1 * pin):
         rec.decision = "pin_state_pool"
         reason = "under DCP the balance point is beyond realistic L" if serving.dcp_size > 1 else f"r {target:.3g} < {PIN_RATIO_THRESHOLD} is fragile"
@@ -230,7 +239,7 @@ def _recommend(model: ServerModel, picture: WorkloadPicture, settings: Recommend
         elif inside:
             rec.reason = f"live r {live_ratio:.3g} is inside [{rec.ratio_lower:.3g}, {rec.ratio_upper:.3g}]; " + why
         else:
-            rec.reason = f"predicted gain {((gain or 1.0) - 1) * 100:.0f}% is below the {settings.min_gain:.0%} worth a restart; " + why
+            rec.reason = f"predicted gain {(worth - 1) * 100:.0f}% is below the {settings.min_gain:.0%} worth a restart; " + why
     else:
         rec.decision = "raise_ratio" if target > live_ratio else "lower_ratio"
         binds = f"the {live_binding} pool binds at the live r {live_ratio:.3g}" if live_binding else f"live r {live_ratio:.3g}"

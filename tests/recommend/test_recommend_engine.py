@@ -100,3 +100,17 @@ def test_closed_loop_nudges_up_when_state_pool_saturates_unexpectedly():
     nudged = recommend(model(mamba_full_memory_ratio=seed), picture, RecommenderSettings())
     assert nudged.ratio > plain.ratio
     assert any("saturated" in note for note in nudged.notes)
+
+
+def test_the_bias_does_not_talk_the_gain_gate_into_holding():
+    # spiky traffic where the biased target is past the mean-L balance: its own predicted gain is small,
+    # but moving off the live ratio is worth it, so the decision must not be hold
+    est, now = run([[(1500, 500)] * 300, [(30000, 2000)] * 300], phases=4)
+    picture = picture_of(est, now)
+    live = model(mamba_full_memory_ratio=0.5)
+    plain = recommend(live, picture, RecommenderSettings(state_bias=0.0))
+    biased = recommend(live, picture, RecommenderSettings(state_bias=1.0))
+    assert biased.predicted_gain_ratio < 1.1  # the biased target alone looks not worth a restart
+    assert plain.decision == "raise_ratio"
+    assert biased.decision == "raise_ratio", biased.reason
+    assert biased.ratio > plain.ratio
