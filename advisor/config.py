@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from advisor.errors import InputError
+from advisor.recommend.engine import RecommenderSettings
 
 ENV_PREFIX = "POOL_ADVISOR_"
 
@@ -40,7 +41,7 @@ class AdvisorConfig:
     listen: str = "127.0.0.1:9415"
     checkpoint_path: str | None = None
     half_life_seconds: float = 3600.0
-    state_bias: float = 0.5
+    state_bias: float = RecommenderSettings().state_bias  # one knob, one default: the recommender's
     timeout_seconds: float = 5.0
     server_info_every: int = 20  # cycles between /server_info refreshes (it runs on the scheduler's loop)
     stale_after_cycles: int = 3

@@ -37,7 +37,9 @@ from advisor.recommend.types import Recommendation, WorkloadSummary
 
 @dataclass(frozen=True)
 class RecommenderSettings:
-    state_bias: float = 0.5
+    # Chosen by bench/quality.py: of 0, 0.25, 0.5, 1.0, the largest whose goodput stays within 0.5% of the
+    # best on every workload (0.25: min 99.8%, mean 100.1% of the oracle; 0.5 drops regime-shift to 98.7%).
+    state_bias: float = 0.25
     min_requests: float = 100.0
     min_history_seconds: float = 30.0
     # A restart is worth it only above this predicted concurrency gain (VPA's 10% update threshold).
