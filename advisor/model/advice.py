@@ -10,7 +10,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from advisor.model.pools import (
-    GIB,
     PIN_RATIO_THRESHOLD,
     ByteConstants,
     PoolSplit,
@@ -203,7 +202,3 @@ def advise(
         flag_line=flag_line,
         notes=notes,
     )
-
-
-def gib(value_bytes: float) -> float:
-    return value_bytes / GIB

@@ -19,14 +19,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from advisor.model.advice import MemoryFacts, free_lever
+from advisor.model.advice import MemoryFacts, free_lever, state_for_split
 from advisor.model.pools import (
     PIN_RATIO_THRESHOLD,
     ByteConstants,
     PoolSplit,
-    balanced_concurrency,
-    binding_pool,
-    kv_capacity_requests,
     optimal_ratio_for,
     pin_size,
     split_pools,
@@ -75,11 +72,6 @@ class WorkloadPicture:
     summary: WorkloadSummary
     context_length: float | None  # time-averaged L_eff over windows (tokens)
     confidence: float
-
-
-def _concurrency(split: PoolSplit, context: float, dcp: int) -> tuple[float, str]:
-    kv_requests = kv_capacity_requests(split.kv_capacity_tokens, context, dcp)
-    return kv_requests, binding_pool(split.max_running_requests, kv_requests)
 
 
 def live_ratio_of(model: ServerModel) -> float | None:
@@ -153,7 +145,7 @@ def _recommend(model: ServerModel, picture: WorkloadPicture, settings: Recommend
     live_kv_requests: float | None = None
     if model.rest_bytes is not None:
         live_split = split_pools(model.rest_bytes, serving, constants, model_context_len=model.model_context_len)
-        live_kv_requests, live_binding = _concurrency(live_split, context, serving.dcp_size)
+        live_kv_requests, live_binding = state_for_split(live_split, context, serving.dcp_size)
         observed = model.observed_max_running_requests
         if observed is not None and abs(observed - live_split.max_running_requests) > max(2, 0.05 * observed):
             notes.append(
@@ -196,7 +188,7 @@ def _recommend(model: ServerModel, picture: WorkloadPicture, settings: Recommend
             pin = pin_size(concurrency, serving)
             pinned = ServingConfig(**{**serving.to_dict(), "max_mamba_cache_size": pin})
             rec_split = split_pools(model.rest_bytes, pinned, constants, model_context_len=model.model_context_len)
-        rec_kv, rec_binding = _concurrency(rec_split, context, serving.dcp_size)
+        rec_kv, rec_binding = state_for_split(rec_split, context, serving.dcp_size)
         rec.predicted_max_running_requests_recommended = rec_split.max_running_requests
         rec.kv_capacity_requests_recommended = rec_kv
         rec.binding_pool_recommended = rec_binding
@@ -209,7 +201,7 @@ def _recommend(model: ServerModel, picture: WorkloadPicture, settings: Recommend
             # the balance at the mean L on purpose, so its own predicted gain understates the value of moving.
             balanced_split = split_pools(model.rest_bytes, serving.with_ratio(r_center), constants,
                                          model_context_len=model.model_context_len)
-            balanced_kv, _ = _concurrency(balanced_split, context, serving.dcp_size)
+            balanced_kv, _ = state_for_split(balanced_split, context, serving.dcp_size)
             if live_concurrency > 0:
                 balanced_gain = min(balanced_split.max_running_requests, balanced_kv) / live_concurrency
     mfs, lever = free_lever(model.memory)
