@@ -24,6 +24,7 @@ from advisor.model.pools import (
     PIN_RATIO_THRESHOLD,
     ByteConstants,
     PoolSplit,
+    balanced_concurrency,
     optimal_ratio_for,
     pin_size,
     split_pools,
