@@ -12,9 +12,9 @@ from advisor.sources.bootlog import read_boot_log
 from advisor.sources.server_info import parse_server_info
 
 
-def advisor_for(*urls, **extra):
-    data = {"targets": [{"name": f"t{i}", "url": u} for i, u in enumerate(urls)], "timeout_seconds": 1.0,
-            "stale_after_cycles": 2, **extra}
+def advisor_for(*urls, targets_extra=None, **extra):
+    data = {"targets": [{"name": f"t{i}", "url": u, **(targets_extra or {})} for i, u in enumerate(urls)],
+            "timeout_seconds": 1.0, "stale_after_cycles": 2, **extra}
     return Advisor(config_from_dict(data))
 
 
@@ -81,3 +81,27 @@ def test_a_dead_target_is_an_error_not_a_crash():
     assert not status.up and status.scrape_errors_total["metrics"] == 1
     assert "metrics" in status.last_errors[0]
     advisor.close()
+
+
+def test_request_log_rotation_and_truncation_lose_nothing(tmp_path):
+    """The daemon follows a request log that is rotated (renamed, new file) and later truncated."""
+    lines = (FIXTURES / "logs" / "requests-json.log").read_text().splitlines(keepends=True)
+    log = tmp_path / "requests.log"
+    with ReplayServer() as server:
+        advisor = advisor_for(server.url, targets_extra={"log_paths": [str(log)]})
+        log.write_text("".join(lines[:100]) + lines[100][:50])  # the last line is still being written
+        first = advisor.run_cycle()[0]
+        assert first.workload.requests_observed == 100
+        with log.open("a") as handle:
+            handle.write(lines[100][50:] + "".join(lines[101:200]))
+        log.rename(tmp_path / "requests.log.1")  # rotation: the old file is finished, a new one starts
+        log.write_text("".join(lines[200:300]))
+        advisor.run_cycle()
+        second = advisor.run_cycle()[0]
+        assert second.workload.requests_observed == 300
+        log.write_text("".join(lines[300:350]))  # truncated and rewritten in place
+        third = advisor.run_cycle()[0]
+        assert third.workload.requests_observed == 350
+        # request logs win over the metrics histograms: nothing is counted twice
+        assert advisor.pipelines[0].uses_request_logs
+        advisor.close()
