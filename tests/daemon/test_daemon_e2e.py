@@ -184,3 +184,41 @@ def test_once_prints_the_recommendation(emulator, tmp_path):
     assert proc.returncode == 0, proc.stderr
     status = json.loads(proc.stdout)[0]
     assert status["up"] and status["recommendation"]["decision"] in ("insufficient_data", "raise_ratio")
+
+
+def test_older_sglang_0_5_10_profile_still_gets_a_recommendation(tmp_path):
+    """0.5.10: `mamba_scheduler_strategy`, no slot gauges, token histograms only with the collect flag."""
+    log_path = tmp_path / "sglang.log"
+    server = EmulatedServer(load_server_config("default"), load_workload("demo"), speed=SPEED, log_path=str(log_path),
+                            version_profile="0.5.10", collect_tokens_histogram=True)
+    server.start()
+    try:
+        advisor = make_advisor(server.url, log_path, tmp_path)
+        status = cycles(advisor, 10)
+        assert status.up
+        assert advisor.pipelines[0].server_info.serving.strategy == "extra_buffer"
+        assert status.info["version"] == "0.5.10"
+        assert status.recommendation.decision == "raise_ratio", status.recommendation.reason
+        assert status.recommendation.ratio > 4
+        advisor.close()
+    finally:
+        server.stop()
+
+
+def test_api_key_is_sent_and_never_shown(tmp_path):
+    server = EmulatedServer(load_server_config("default"), load_workload("demo"), speed=SPEED, api_key="sk-secret-123")
+    server.start()
+    try:
+        keyed = Advisor(config_from_dict({"targets": [{"name": "k", "url": server.url, "api_key": "sk-secret-123"}],
+                                          "timeout_seconds": 2.0}))
+        status = keyed.run_cycle(timeout=5.0)[0]
+        assert status.up and keyed.pipelines[0].server_info is not None
+        keyed.close()
+        keyless = Advisor(config_from_dict({"targets": [{"name": "n", "url": server.url, "api_key": "wrong-key-456"}],
+                                            "timeout_seconds": 2.0}))
+        status = keyless.run_cycle(timeout=5.0)[0]
+        assert status.scrape_errors_total["server_info"] == 1  # /server_info needs the key; /metrics is open
+        assert "wrong-key-456" not in json.dumps(status.to_dict(), default=str)
+        keyless.close()
+    finally:
+        server.stop()
