@@ -9,6 +9,7 @@ older retraction wordings. Unknown or garbled lines are counted, never raised.
 from __future__ import annotations
 
 import calendar
+import gc
 import json
 import re
 from collections.abc import Iterable
@@ -627,6 +628,18 @@ class LogLineParser:
         self._boot_loaders: set[tuple[int, ...]] = set()
 
     def feed(self, lines: Iterable[str]) -> list[LogEvent]:
+        # A batch allocates tens of thousands of small, acyclic objects: pausing the cyclic collector for it
+        # saves ~10% of the parse time (bench/follow.py) and frees nothing less.
+        collecting = gc.isenabled()
+        if collecting:
+            gc.disable()
+        try:
+            return self._feed(lines)
+        finally:
+            if collecting:
+                gc.enable()
+
+    def _feed(self, lines: Iterable[str]) -> list[LogEvent]:
         events: list[LogEvent] = []
         append = events.append
         seen = unparsed = ignored = 0
