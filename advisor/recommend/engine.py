@@ -157,7 +157,9 @@ def _recommend(model: ServerModel, picture: WorkloadPicture, settings: Recommend
     kv_blocked = summary.kv_blocked_ratio or 0.0
     retracting = (summary.retractions_per_second or 0.0) > 0
     loop = 0.0
-    if saturation > settings.evidence_threshold and saturation > 2 * kv_blocked and live_binding != "state":
+    if live_binding is None:
+        pass  # no pool sizes, no prediction to contradict
+    elif saturation > settings.evidence_threshold and saturation > 2 * kv_blocked and live_binding != "state":
         loop = settings.closed_loop_strength * saturation
         notes.append(f"state pool saturated {saturation:.0%} of the time while the model expected {live_binding} to bind: nudged r up")
     elif (kv_blocked > settings.evidence_threshold and kv_blocked > 2 * saturation or retracting and saturation == 0.0) and live_binding == "state":

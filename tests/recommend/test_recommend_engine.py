@@ -114,3 +114,25 @@ def test_the_bias_does_not_talk_the_gain_gate_into_holding():
     assert plain.decision == "raise_ratio"
     assert biased.decision == "raise_ratio", biased.reason
     assert biased.ratio > plain.ratio
+
+
+def test_closed_loop_nudges_down_when_kv_blocks_against_the_model():
+    est, now = run([[(8192, 1024)] * 600])
+    picture = picture_of(est, now)
+    plain = recommend(model(), picture, RecommenderSettings())
+    assert plain.binding_pool_live == "state"
+    picture.summary.kv_blocked_ratio = 0.8
+    picture.summary.state_pool_saturation_ratio = 0.0
+    nudged = recommend(model(), picture, RecommenderSettings())
+    assert nudged.ratio == pytest.approx(plain.ratio * math.exp(-0.3))  # bounded at the 30% limit
+    assert any("KV-blocked" in note for note in nudged.notes)
+
+
+def test_no_closed_loop_without_pool_sizes():
+    est, now = run([[(8192, 1024)] * 600])
+    picture = picture_of(est, now)
+    picture.summary.state_pool_saturation_ratio = 0.9
+    blind = ServerModel(serving=ServingConfig(), constants=CONSTANTS, rest_bytes=None)
+    rec = recommend(blind, picture, RecommenderSettings())
+    assert rec.ratio == pytest.approx(optimal_ratio(9216, CONSTANTS.token_equiv, slots=5), rel=0.01)
+    assert rec.notes == []
