@@ -69,3 +69,29 @@ def test_unreachable_url_reports_errors():
     out = json.loads(proc.stdout)
     assert proc.returncode == 1
     assert any(e.startswith("metrics:") for e in out["errors"])
+
+
+def test_inspect_a_live_emulated_server(tmp_path):
+    from advisor.sim.config import load_server_config
+    from advisor.sim.emulator import EmulatedServer
+    from advisor.sim.workload import load_workload
+
+    log_path = tmp_path / "sglang.log"
+    server = EmulatedServer(load_server_config("default"), load_workload("demo"), speed=200, log_path=str(log_path),
+                            request_log_path=str(log_path))
+    server.start()
+    try:
+        import time
+
+        time.sleep(1.5)
+        proc = inspect("--url", server.url, "--log-file", str(log_path))
+    finally:
+        server.stop()
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["errors"] == []
+    rank = out["ranks"][0]
+    assert rank["state_pool_slots"] == 257 and rank["kv_capacity_tokens"] == 1167552
+    assert out["config"]["shards"][0]["effective_max_running_requests"] == 51
+    assert out["config"]["boot_log"]["max_running_requests"] == 51
+    assert out["context_length"]["source"] == "request_logs" and out["context_length"]["requests"] > 0
