@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 from typing import Any
 
 from advisor.errors import InputError
@@ -12,6 +13,7 @@ from advisor.model.advice import MemoryFacts, advise
 from advisor.model.pools import GIB, ByteConstants, kv_capacity_requests, split_pools
 from advisor.model.serving import STRATEGIES, ServingConfig, slots_per_request
 from advisor.sources.bootlog import BootInfo, read_boot_log
+from advisor.sources.server_info import serving_config_from_args
 
 
 def register(sub: Any) -> None:
@@ -39,34 +41,15 @@ def register(sub: Any) -> None:
     p.set_defaults(handler=run)
 
 
-def _config_from_boot(boot: BootInfo | None) -> dict[str, Any]:
+def _boot_config(boot: BootInfo | None) -> ServingConfig:
+    """The serving config a boot log's `server_args=` line records (SGLang's defaults where it is silent)."""
     if boot is None:
-        return {}
-    args = boot.server_args
-    fields: dict[str, Any] = {}
-    strategy = args.get("mamba_radix_cache_strategy", args.get("mamba_scheduler_strategy"))
-    if isinstance(strategy, str) and strategy in STRATEGIES:
-        fields["strategy"] = strategy
-    for key in ("disable_radix_cache", "disable_overlap_schedule"):
-        if isinstance(args.get(key), bool):
-            fields[key] = args[key]
-    for key in ("pp_size", "tp_size", "dp_size", "dcp_size", "page_size", "max_mamba_cache_size", "max_running_requests"):
-        if isinstance(args.get(key), int):
-            fields[key] = args[key]
-    if isinstance(args.get("mamba_full_memory_ratio"), (int, float)):
-        fields["mamba_full_memory_ratio"] = float(args["mamba_full_memory_ratio"])  # type: ignore[arg-type]
-    if isinstance(args.get("mem_fraction_static"), (int, float)):
-        fields["mem_fraction_static"] = float(args["mem_fraction_static"])  # type: ignore[arg-type]
-    for key in ("kv_cache_dtype", "mamba_ssm_dtype", "speculative_algorithm"):
-        if isinstance(args.get(key), str):
-            fields[key] = args[key]
-    if isinstance(args.get("speculative_num_draft_tokens"), int):
-        fields["draft_tokens"] = args["speculative_num_draft_tokens"]
-    return fields
+        return ServingConfig()
+    return serving_config_from_args(boot.server_args, where="boot log server_args")
 
 
 def _serving_config(args: argparse.Namespace, boot: BootInfo | None) -> ServingConfig:
-    fields = _config_from_boot(boot)
+    base = _boot_config(boot)
     overrides = {
         "strategy": args.strategy,
         "disable_radix_cache": args.disable_radix_cache,
@@ -81,10 +64,10 @@ def _serving_config(args: argparse.Namespace, boot: BootInfo | None) -> ServingC
         "kv_cache_dtype": args.kv_dtype,
         "mamba_ssm_dtype": args.ssm_dtype,
     }
-    fields.update({k: v for k, v in overrides.items() if v is not None})
-    if fields.get("draft_tokens") and not fields.get("speculative_algorithm"):
+    fields = {k: v for k, v in overrides.items() if v is not None}
+    if fields.get("draft_tokens") and not (base.speculative_algorithm or fields.get("speculative_algorithm")):
         fields["speculative_algorithm"] = "EAGLE"
-    return ServingConfig(**fields)
+    return replace(base, **fields)
 
 
 def _constants(args: argparse.Namespace, boot: BootInfo | None, config: ServingConfig) -> ByteConstants:
@@ -141,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
 
     live: dict[str, Any] | None = None
     if boot is not None and rest is not None:
-        boot_config = ServingConfig(**_config_from_boot(boot))
+        boot_config = _boot_config(boot)
         live_split = split_pools(rest, boot_config, constants, model_context_len=model_ctx)
         live = {
             "ratio": boot_config.mamba_full_memory_ratio,

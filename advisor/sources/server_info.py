@@ -102,11 +102,6 @@ def _float(
     return float(value)
 
 
-def _float_or(body: dict[str, Any], name: str, default: float) -> float:
-    value = _float(body, name)
-    return default if value is None else value
-
-
 def _bool(body: dict[str, Any], name: str, *, where: str = "server_info") -> bool:
     value = body.get(name)
     if value is None:
@@ -129,42 +124,43 @@ def _truthy_env(value: object) -> bool:
     return str(value).strip().lower() in ("1", "true", "yes", "on")
 
 
-def _serving_config(body: dict[str, Any], first_shard: dict[str, Any] | None) -> ServingConfig:
+def serving_config_from_args(
+    body: dict[str, Any], *, env_vars: Any = None, where: str = "server_info"
+) -> ServingConfig:
+    """SGLang's server-args fields (a `/server_info` body, or a boot log's `server_args=` line) as a
+    ServingConfig; absent fields take SGLang's defaults. Accepts the pre-0.5.16 strategy field name."""
     strategy_field = (
         "mamba_radix_cache_strategy" if "mamba_radix_cache_strategy" in body else "mamba_scheduler_strategy"
     )
-    strategy = _str(body, strategy_field) or "auto"
+    strategy = _str(body, strategy_field, where=where) or "auto"
     if strategy not in STRATEGIES:
-        raise InputError(
-            f"server_info: unknown {strategy_field} {strategy!r}; expected one of {', '.join(STRATEGIES)}"
-        )
-    env_vars = (first_shard or {}).get("env_vars")
+        raise InputError(f"{where}: unknown {strategy_field} {strategy!r}; expected one of {', '.join(STRATEGIES)}")
     skip_decode_lock = isinstance(env_vars, dict) and _truthy_env(env_vars.get(SKIP_DECODE_LOCK_ENV, ""))
     try:
         return ServingConfig(
             strategy=strategy,
-            disable_radix_cache=_bool(body, "disable_radix_cache"),
-            disable_overlap_schedule=_bool(body, "disable_overlap_schedule"),
-            pp_size=_int_or(body, "pp_size", 1),
-            tp_size=_int_or(body, "tp_size", 1),
-            dp_size=_int_or(body, "dp_size", 1),
-            attn_dp_size=_int_or(body, "attn_dp_size", 1),
-            dcp_size=_int_or(body, "dcp_size", 1),
-            page_size=_int_or(body, "page_size", 1),
+            disable_radix_cache=_bool(body, "disable_radix_cache", where=where),
+            disable_overlap_schedule=_bool(body, "disable_overlap_schedule", where=where),
+            pp_size=_int_or(body, "pp_size", 1, where=where),
+            tp_size=_int_or(body, "tp_size", 1, where=where),
+            dp_size=_int_or(body, "dp_size", 1, where=where),
+            attn_dp_size=_int_or(body, "attn_dp_size", 1, where=where),
+            dcp_size=_int_or(body, "dcp_size", 1, where=where),
+            page_size=_int_or(body, "page_size", 1, where=where),
             skip_decode_lock=skip_decode_lock,
-            speculative_algorithm=_str(body, "speculative_algorithm"),
-            draft_tokens=_int_or(body, "speculative_num_draft_tokens", 0),
-            replayssm=_bool(body, REPLAYSSM_SPEC_FIELD),
-            mamba_full_memory_ratio=_float_or(body, "mamba_full_memory_ratio", 0.9),
-            max_mamba_cache_size=_int(body, "max_mamba_cache_size"),
-            max_running_requests=_int(body, "max_running_requests"),
-            mem_fraction_static=_float(body, "mem_fraction_static"),
-            kv_cache_dtype=_str(body, "kv_cache_dtype") or "auto",
-            mamba_ssm_dtype=_str(body, "mamba_ssm_dtype"),
-            unified_memory=_bool(body, "enable_unified_memory"),
+            speculative_algorithm=_str(body, "speculative_algorithm", where=where),
+            draft_tokens=_int_or(body, "speculative_num_draft_tokens", 0, where=where),
+            replayssm=_bool(body, REPLAYSSM_SPEC_FIELD, where=where),
+            mamba_full_memory_ratio=_float(body, "mamba_full_memory_ratio", 0.9, where=where) or 0.9,
+            max_mamba_cache_size=_int(body, "max_mamba_cache_size", where=where),
+            max_running_requests=_int(body, "max_running_requests", where=where),
+            mem_fraction_static=_float(body, "mem_fraction_static", where=where),
+            kv_cache_dtype=_str(body, "kv_cache_dtype", where=where) or "auto",
+            mamba_ssm_dtype=_str(body, "mamba_ssm_dtype", where=where),
+            unified_memory=_bool(body, "enable_unified_memory", where=where),
         )
     except ConfigError as exc:
-        raise InputError(f"server_info: {exc}") from None
+        raise InputError(f"{where}: {exc}") from None
 
 
 def _shard(index: int, entry: Any) -> ServerShard:
@@ -202,7 +198,7 @@ def parse_server_info(body: dict[str, Any]) -> ServerInfo:
     model_name = _str(body, "served_model_name") or _str(body, "model_path")
     version = body.get("version")
     return ServerInfo(
-        serving=_serving_config(body, first_shard),
+        serving=serving_config_from_args(body, env_vars=(first_shard or {}).get("env_vars")),
         version=str(version) if version is not None else None,
         model_name=model_name,
         shards=shards,
