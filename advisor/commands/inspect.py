@@ -12,9 +12,9 @@ from typing import Any
 
 from advisor.errors import InputError
 from advisor.estimate.workload import EstimatorSettings, WorkloadEstimator
-from advisor.sources.bootlog import BootInfo, parse_boot_log
+from advisor.sources.bootlog import BootInfo
 from advisor.sources.http import HttpClient
-from advisor.sources.loglines import BootBlock, LogLineParser, RequestRecord, Retraction
+from advisor.sources.loglines import LogLineParser, digest
 from advisor.sources.metrics import MetricsObservation, parse_metrics
 from advisor.sources.server_info import ServerInfo, fetch_server_info, parse_server_info
 
@@ -78,26 +78,15 @@ def observe(args: argparse.Namespace) -> dict[str, Any]:
     parser = LogLineParser()
     records = retractions = 0
     for path in args.log_file:
-        events = parser.feed(_read(path, "log file").splitlines())
-        lengths = []
-        for event in events:
-            if isinstance(event, RequestRecord):
-                lengths.append((event.prompt_tokens, event.completion_tokens))
-            elif isinstance(event, Retraction):
-                retractions += event.retracted_requests
-            elif isinstance(event, BootBlock):
-                try:
-                    boot = parse_boot_log("\n".join(event.lines), source=f"boot block in {path}")
-                except InputError as exc:
-                    errors.append(f"logs: {exc}")
-        records += estimator.observe_requests(now, lengths)
+        found = digest(parser.feed(_read(path, "log file").splitlines()), source=path)
+        retractions += found.retracted_requests
+        errors.extend(f"logs: {error}" for error in found.errors)
+        boot = found.boot or boot
+        records += estimator.observe_requests(now, found.request_lengths)
     context_source = "request_logs" if records else None
     if not records and metrics is not None:
-        prompt, generation = metrics.prompt_tokens_histogram, metrics.generation_tokens_histogram
-        if prompt is not None and generation is not None and prompt.count > 0:
-            estimator.observe_marginals(now, prompt.upper_bounds, prompt.bucket_counts(), generation.upper_bounds,
-                                        generation.bucket_counts(), metrics.prompt_tokens_total or prompt.sum,
-                                        metrics.generation_tokens_total or generation.sum)
+        if estimator.observe_token_histograms(now, metrics.prompt_tokens_histogram, metrics.generation_tokens_histogram,
+                                              metrics.prompt_tokens_total, metrics.generation_tokens_total):
             context_source = "metrics_histograms"
     summary = estimator.summary(now)
 

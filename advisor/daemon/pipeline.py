@@ -19,10 +19,10 @@ from advisor.model.pools import GIB, ByteConstants
 from advisor.model.serving import ServingConfig
 from advisor.recommend.engine import RecommenderSettings, ServerModel, WorkloadPicture, recommend
 from advisor.recommend.types import Recommendation, TargetStatus
-from advisor.sources.bootlog import BootInfo, parse_boot_log, read_boot_log
+from advisor.sources.bootlog import BootInfo, read_boot_log
 from advisor.sources.follow import LogFollower
 from advisor.sources.http import HttpClient
-from advisor.sources.loglines import BootBlock, LogLineParser, RequestRecord, Retraction
+from advisor.sources.loglines import LogLineParser, digest
 from advisor.sources.metrics import MetricsObservation, parse_metrics
 from advisor.sources.server_info import ServerInfo, fetch_server_info, parse_server_info
 
@@ -145,29 +145,24 @@ class TargetPipeline:
         return status, report
 
     def _read_logs(self, now: float, report: CycleReport) -> None:
-        records: list[RequestRecord] = []
+        lengths: list[tuple[int, int]] = []
         for follower in self.followers:
             try:
                 lines = follower.read_lines()
             except OSError as exc:
                 self._error("logs", f"{follower.path}: {exc.strerror or exc}")
                 continue
-            for event in self.log_parser.feed(lines):
-                if isinstance(event, RequestRecord):
-                    records.append(event)
-                elif isinstance(event, Retraction):
-                    report.log_retractions += event.retracted_requests
-                elif isinstance(event, BootBlock):
-                    try:
-                        self.boot = parse_boot_log("\n".join(event.lines), source=f"boot block in {follower.path}")
-                        self.info_due = True
-                    except InputError as exc:
-                        self._error("logs", str(exc))
-        if records:
+            found = digest(self.log_parser.feed(lines), source=follower.path)
+            lengths.extend(found.request_lengths)
+            report.log_retractions += found.retracted_requests
+            for error in found.errors:
+                self._error("logs", error)
+            if found.boot is not None:
+                self.boot = found.boot
+                self.info_due = True
+        if lengths:
             self.uses_request_logs = True
-            report.request_records = self.estimator.observe_requests(
-                now, [(r.prompt_tokens, r.completion_tokens) for r in records]
-            )
+            report.request_records = self.estimator.observe_requests(now, lengths)
 
     def _scrape(self, now: float, report: CycleReport) -> bool:
         result = self.client.get_text(f"{self.target.url}/metrics")
@@ -189,12 +184,7 @@ class TargetPipeline:
         if first and self.restored:
             return True
         if not self.uses_request_logs:
-            prompt, generation = delta.prompt_tokens_histogram, delta.generation_tokens_histogram
-            if prompt is not None and generation is not None and prompt.count > 0:
-                self.estimator.observe_marginals(
-                    now, prompt.upper_bounds, prompt.bucket_counts(), generation.upper_bounds, generation.bucket_counts(),
-                    prompt.sum, generation.sum,
-                )
+            self.estimator.observe_token_histograms(now, delta.prompt_tokens_histogram, delta.generation_tokens_histogram)
         self.estimator.observe_scrape(now, self._scrape_sample(observation, delta, report, first))
         return True
 

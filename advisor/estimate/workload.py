@@ -27,6 +27,7 @@ import numpy as np
 
 from advisor.estimate.histogram import DecayingHistogram, DecayingMoments
 from advisor.recommend.types import WorkloadSummary
+from advisor.sources.metrics import Histogram
 
 CHECKPOINT_VERSION = 1
 # KV usage above which a queue waiting below the clamp counts as KV-blocked admission.
@@ -176,6 +177,18 @@ class WorkloadEstimator:
             return 0.0
         self._add(now, inputs, outputs, weights)
         return float(weights.sum())
+
+    def observe_token_histograms(
+        self, now: float, prompt: Histogram | None, generation: Histogram | None,
+        prompt_sum: float | None = None, generation_sum: float | None = None,
+    ) -> float:
+        """SGLang's prompt/generation token histograms (lifetime or per-interval deltas); sums default to theirs."""
+        if prompt is None or generation is None or prompt.count <= 0:
+            return 0.0
+        return self.observe_marginals(
+            now, prompt.upper_bounds, prompt.bucket_counts(), generation.upper_bounds, generation.bucket_counts(),
+            prompt.sum if prompt_sum is None else prompt_sum, generation.sum if generation_sum is None else generation_sum,
+        )
 
     def _add(self, now: float, inputs: np.ndarray, outputs: np.ndarray, weights: np.ndarray) -> None:
         self._touch(now)

@@ -17,6 +17,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from advisor.errors import InputError
+from advisor.sources.bootlog import BootInfo, parse_boot_log
+
 # The event classes use slots and no frozen guard: a busy server writes thousands of lines a second and
 # frozen dataclasses cost twice as much to build. Treat them as read-only.
 
@@ -745,3 +748,29 @@ class LogLineParser:
                 return True
         recent.append((now, payload, {head.process}))
         return False
+
+
+@dataclass
+class LogDigest:
+    """What a batch of log events says for the advisor: exact request lengths, retractions, the last boot."""
+
+    request_lengths: list[tuple[int, int]] = field(default_factory=list)  # (prompt, completion) per request
+    retracted_requests: int = 0
+    boot: BootInfo | None = None  # the last boot block in the batch
+    errors: list[str] = field(default_factory=list)
+
+
+def digest(events: Iterable[LogEvent], *, source: str) -> LogDigest:
+    """Fold parsed events into a LogDigest; a boot block SGLang left incomplete becomes an error, not a raise."""
+    out = LogDigest()
+    for event in events:
+        if isinstance(event, RequestRecord):
+            out.request_lengths.append((event.prompt_tokens, event.completion_tokens))
+        elif isinstance(event, Retraction):
+            out.retracted_requests += event.retracted_requests
+        elif isinstance(event, BootBlock):
+            try:
+                out.boot = parse_boot_log("\n".join(event.lines), source=f"boot block in {source}")
+            except InputError as exc:
+                out.errors.append(str(exc))
+    return out
