@@ -12,7 +12,6 @@ from typing import Any
 import numpy as np
 
 from advisor.errors import InputError
-from advisor.model.pools import optimal_ratio_for
 from advisor.sim.config import available_server_configs, load_server_config
 from advisor.sim.engine import SimResult, best_result, simulate, sweep
 from advisor.sim.workload import available_workloads, load_workload
@@ -129,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
     results = sweep(server, workload, ratios, duration=args.duration, seed=args.seed, warmup=warmup)
     best = best_result(results)
     mean_context = best.mean_request_context
-    formula = optimal_ratio_for(server.serving, server.constants, mean_context) if mean_context > 0 else None
+    formula = best.formula_ratio  # the same arrivals at every r: one mean context, one formula r*
     if args.json:
         print(
             json.dumps(

@@ -36,7 +36,6 @@ class Advisor:
         self._lock = threading.Lock()
         self._executor = ThreadPoolExecutor(max_workers=max(1, len(self.pipelines)), thread_name_prefix="target")
         self._busy: dict[str, Any] = {}
-        self.checkpoint_problem: str | None = None
 
     def now(self) -> float:
         """Advisor time: the wall clock, optionally running `time_scale` times faster (demo, bench)."""
@@ -51,7 +50,6 @@ class Advisor:
             return None
         state, problem = read_checkpoint(path, now=self._wall_clock())
         if problem:
-            self.checkpoint_problem = problem
             for pipeline in self.pipelines:
                 pipeline.errors_total["checkpoint"] += 1
             log.warning("%s", problem)

@@ -15,10 +15,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from advisor.model.pools import GIB
 from advisor.sim.exposition import SchedulerRank
 from advisor.sim.types import DecodeTick, PrefillBatch, RequestFinished, Retraction
 
-GIB = float(1 << 30)
 # Default share of a state slot's bytes that is conv state (the rest is the SSM/temporal state): 0.46 GB
 # of 13.50 GB in the seed's TP8 boot log (fixtures/logs/boot-tp8-default.log); Qwen3-Next has 0.92 of 39.98.
 CONV_STATE_FRACTION = 0.034
