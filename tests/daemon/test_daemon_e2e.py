@@ -151,12 +151,11 @@ def test_a_hanging_emulated_target_does_not_delay_a_healthy_one(emulator, tmp_pa
             "targets": [{"name": "hang", "url": hanging.url}, {"name": "ok", "url": server.url}],
             "interval_seconds": 0.5, "timeout_seconds": 3.0,
         }))
-        started = time.monotonic()
         advisor.run_cycle(timeout=0.8)
-        elapsed = time.monotonic() - started
+        # the cycle came back while the hanging target still waits on its 3 s timeout
+        assert not advisor._busy["hang"].done()
         assert advisor.latest["ok"].up
-        assert "hang" not in advisor.latest or not advisor.latest["hang"].up
-        assert elapsed < 2.5  # bounded by the cycle's wait, not by the hanging target's 3 s timeout
+        assert "hang" not in advisor.latest
         advisor.close()
     finally:
         hanging.stop()
