@@ -26,7 +26,7 @@ from advisor.sources.follow import LogFollower
 from advisor.sources.loglines import LogLineParser, Retraction, StatsLine
 from advisor.sources.metrics import parse_metrics
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures"
+SHARED = Path(__file__).resolve().parents[1] / "tests" / "fixtures"
 
 
 def rss_mb() -> float:

@@ -23,7 +23,7 @@ from advisor.estimate.deltas import diff_counters
 from advisor.sources import metrics
 from advisor.sources.metrics import parse_metrics
 
-FIXTURES = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures" / "metrics"
+FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "metrics"
 FILES = ("sglang-0.5.23-tp2.prom", "sglang-0.5.23-dp2tp4.prom")
 
 

@@ -15,7 +15,7 @@ from advisor.commands.run import describe
 from advisor.config import config_from_dict
 from advisor.daemon.runner import Advisor
 from advisor.export.server import ExporterServer
-from advisor.recommend.types import TargetStatus
+from advisor.status import TargetStatus
 
 
 def register(sub: Any) -> None:

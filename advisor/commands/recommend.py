@@ -86,7 +86,8 @@ def _constants(args: argparse.Namespace, boot: BootInfo | None, config: ServingC
         return ByteConstants(args.state_bytes_per_slot, args.kv_bytes_per_token)
     if boot is not None:
         return boot.constants()
-    from advisor.model.state_shapes import load_hf_config, model_bytes
+    from advisor.model.state_shapes import model_bytes
+    from advisor.sources.hf_config import load_hf_config
 
     hf = load_hf_config(args.model_config)
     derived = model_bytes(

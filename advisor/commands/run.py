@@ -13,7 +13,7 @@ from typing import Any
 from advisor.config import AdvisorConfig, build_config
 from advisor.daemon.runner import Advisor
 from advisor.export.server import ExporterServer
-from advisor.recommend.types import TargetStatus
+from advisor.status import TargetStatus
 
 
 def add_config_flags(p: argparse.ArgumentParser) -> None:

@@ -18,13 +18,14 @@ from advisor.model.advice import MemoryFacts
 from advisor.model.pools import GIB, ByteConstants
 from advisor.model.serving import ServingConfig
 from advisor.recommend.engine import RecommenderSettings, ServerModel, WorkloadPicture, recommend
-from advisor.recommend.types import Recommendation, TargetStatus
+from advisor.recommend.types import Recommendation
 from advisor.sources.bootlog import BootInfo, read_boot_log
 from advisor.sources.follow import LogFollower
 from advisor.sources.http import HttpClient
 from advisor.sources.loglines import LogLineParser, digest
 from advisor.sources.metrics import MetricsObservation, parse_metrics
 from advisor.sources.server_info import ServerInfo, fetch_server_info, parse_server_info
+from advisor.status import TargetStatus
 
 SOURCES = ("metrics", "server_info", "logs", "boot_log", "checkpoint")
 

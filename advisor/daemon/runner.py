@@ -17,7 +17,7 @@ from advisor.config import AdvisorConfig
 from advisor.daemon.checkpoint import read_checkpoint, write_checkpoint
 from advisor.daemon.pipeline import CycleReport, TargetPipeline
 from advisor.export.collector import SnapshotStore
-from advisor.recommend.types import TargetStatus
+from advisor.status import TargetStatus
 
 log = logging.getLogger("pool_advisor")
 

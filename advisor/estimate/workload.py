@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from advisor.estimate.histogram import DecayingHistogram, DecayingMoments
-from advisor.recommend.types import WorkloadSummary
+from advisor.estimate.summary import WorkloadSummary
 from advisor.sources.metrics import Histogram
 
 CHECKPOINT_VERSION = 1

@@ -19,7 +19,8 @@ from prometheus_client.metrics_core import (
 )
 from prometheus_client.registry import CollectorRegistry
 
-from advisor.recommend.types import CONFIGS, DECISIONS, POOLS, Recommendation, TargetStatus
+from advisor.recommend.types import CONFIGS, DECISIONS, POOLS, Recommendation
+from advisor.status import TargetStatus
 
 log = logging.getLogger(__name__)
 

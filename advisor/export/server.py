@@ -19,7 +19,7 @@ from prometheus_client.registry import CollectorRegistry
 from advisor import __version__
 from advisor.errors import InputError
 from advisor.export.collector import SnapshotStore, build_registry
-from advisor.recommend.types import TargetStatus
+from advisor.status import TargetStatus
 
 log = logging.getLogger(__name__)
 

@@ -6,11 +6,9 @@ Pure: takes the parsed config dict and plain options and follows SGLang 0.5.23's
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from advisor.errors import InputError
@@ -64,26 +62,6 @@ class ModelBytes:
             state_bytes_per_slot=float(self.state_bytes_per_slot),
             kv_bytes_per_token=float(self.kv_bytes_per_token),
         )
-
-
-def load_hf_config(path: str | Path) -> dict[str, Any]:
-    """Reads a HF config.json (or a model directory holding one) into a dict."""
-    config_path = Path(path)
-    if config_path.is_dir():
-        config_path = config_path / "config.json"
-    try:
-        text = config_path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(f"{config_path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{config_path}: cannot read: {exc}") from None
-    try:
-        parsed = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{config_path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
-    if not isinstance(parsed, dict):
-        raise InputError(f"{config_path}: expected a JSON object, got {type(parsed).__name__}")
-    return parsed
 
 
 # --- small readers that turn a bad config into a one-line error naming the field ---------------

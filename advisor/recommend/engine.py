@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from advisor.estimate.summary import WorkloadSummary
 from advisor.model.advice import MemoryFacts, free_lever, state_for_split
 from advisor.model.pools import (
     PIN_RATIO_THRESHOLD,
@@ -30,7 +31,7 @@ from advisor.model.pools import (
     split_pools,
 )
 from advisor.model.serving import ServingConfig, effective_draft_tokens, slots_per_request
-from advisor.recommend.types import Recommendation, WorkloadSummary
+from advisor.recommend.types import Recommendation
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,9 @@
-"""What one advisor cycle concludes about one SGLang server: the contract between the recommender,
-the daemon and the exporter. Plain dataclasses, JSON-friendly via `to_dict()`."""
+"""What the recommender concludes about one SGLang server: the decision enum, the pools, and the
+Recommendation dataclass the daemon publishes and the exporter renders."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
 
 DECISIONS = (
     "insufficient_data",
@@ -17,25 +16,6 @@ DECISIONS = (
 )
 POOLS = ("state", "kv", "balanced")
 CONFIGS = ("live", "recommended")
-
-
-@dataclass
-class WorkloadSummary:
-    """The recency-weighted workload picture the recommendation was made from."""
-
-    context_length_mean: float | None = None
-    context_length_p50: float | None = None
-    context_length_p90: float | None = None
-    context_length_p99: float | None = None
-    live_context_mean: float | None = None  # decode_sum_seq_lens / running, time-weighted
-    effective_context_length: float | None = None  # the L the KV pool sees (length-biased + reservation)
-    spikiness: float | None = None  # 0 = steady; see estimate module for the definition
-    retractions_per_second: float | None = None
-    retracted_tokens_per_second: float | None = None
-    state_pool_saturation_ratio: float | None = None  # time fraction running == clamp with a queue
-    kv_blocked_ratio: float | None = None  # time fraction a queue waits with running < clamp
-    requests_observed: float = 0.0
-    history_seconds: float = 0.0
 
 
 @dataclass
@@ -67,23 +47,3 @@ class Recommendation:
     def __post_init__(self) -> None:
         if self.decision not in DECISIONS:
             raise ValueError(f"unknown decision {self.decision!r}")
-
-
-@dataclass
-class TargetStatus:
-    """Everything the exporter shows about one target (one SGLang server)."""
-
-    server: str
-    model_name: str = ""
-    up: bool = False
-    stale: bool = False
-    last_success_timestamp: float | None = None
-    last_cycle_duration_seconds: float | None = None
-    info: dict[str, str] = field(default_factory=dict)  # version, strategy, ssm_dtype, kv_dtype, tp, dp, pp, dcp
-    workload: WorkloadSummary = field(default_factory=WorkloadSummary)
-    recommendation: Recommendation | None = None
-    scrape_errors_total: dict[str, int] = field(default_factory=dict)  # source -> count
-    last_errors: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-LOGS = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "logs"
+LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
 REQUIRED_KEYS = {
     "ratio", "token_equiv", "slots_per_request", "draft_tokens", "dcp_size", "state_bytes_per_slot",
     "kv_bytes_per_token", "predicted_max_running_requests", "kv_capacity_requests", "binding_pool",

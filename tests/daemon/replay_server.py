@@ -1,4 +1,4 @@
-"""A loopback HTTP server that replays genuine SGLang bodies from the shared fixtures, with fault modes."""
+"""A loopback HTTP server that replays genuine SGLang bodies from the vendored fixtures, with fault modes."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
 class ReplayServer:

@@ -10,7 +10,7 @@ import pytest
 from advisor.estimate.deltas import diff_counters
 from advisor.sources.metrics import Histogram, MetricsObservation, RankMetrics, parse_metrics
 
-METRICS = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "metrics"
+METRICS = Path(__file__).resolve().parents[1] / "fixtures" / "metrics"
 
 
 def _rank(

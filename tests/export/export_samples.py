@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import math
 
-from advisor.recommend.types import Recommendation, TargetStatus, WorkloadSummary
+from advisor.estimate.summary import WorkloadSummary
+from advisor.recommend.types import Recommendation
+from advisor.status import TargetStatus
 
 LIVE_RATIO = 0.9
 RECOMMENDED_RATIO = 1.6

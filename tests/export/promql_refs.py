@@ -15,7 +15,7 @@ DASHBOARD = REPO / "dashboards" / "sglang-pool-advisor.json"
 ALERTS = REPO / "deploy" / "prometheus" / "alerts.yml"
 ALERT_TESTS = REPO / "deploy" / "prometheus" / "alerts_test.yml"
 EXAMPLE_CONFIG = REPO / "deploy" / "prometheus" / "prometheus.yml"
-SGLANG_FIXTURES = REPO.parent / "shared" / "fixtures" / "metrics"
+SGLANG_FIXTURES = REPO / "tests" / "fixtures" / "metrics"
 
 _KEYWORDS = {"and", "or", "unless", "bool", "offset", "by", "without", "on", "ignoring", "group_left",
              "group_right", "inf", "nan", "Inf", "NaN"}

@@ -16,10 +16,11 @@ from pathlib import Path
 import pytest
 
 from advisor.errors import InputError
-from advisor.model.state_shapes import ModelBytes, load_hf_config, model_bytes
+from advisor.model.state_shapes import ModelBytes, model_bytes
+from advisor.sources.hf_config import load_hf_config
 
 CONFIGS = Path(__file__).resolve().parent / "data" / "hf_configs"
-LOGS = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "logs"
+LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
 
 BF16, FP32, FP8 = 2, 4, 1
 HYBRID_CONFIGS = [

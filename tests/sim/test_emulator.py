@@ -24,7 +24,7 @@ from advisor.sim.emulator import EmulatedServer
 from advisor.sim.exposition import OBSERVED_ONLY_FAMILIES
 from advisor.sim.workload import Workload, workload_from_dict
 
-FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 SPEED = 400.0
 
 CHAT = {

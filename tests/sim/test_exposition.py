@@ -23,7 +23,7 @@ from advisor.sim.exposition import (
 )
 from advisor.sim.types import RequestFinished, SimSnapshot
 
-METRICS = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "metrics"
+METRICS = Path(__file__).resolve().parents[1] / "fixtures" / "metrics"
 SHAPES = {"single": (1, 1), "tp2": (2, 1), "dp2tp4": (4, 2)}
 
 

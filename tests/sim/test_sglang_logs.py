@@ -1,4 +1,4 @@
-"""SGLang log-line formatting, checked line for line against the shared fixture logs."""
+"""SGLang log-line formatting, checked line for line against the vendored fixture logs."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from advisor.sim import sglang_logs
 from advisor.sim.exposition import SchedulerRank, scheduler_ranks
 from advisor.sim.types import DecodeTick, PrefillBatch, RequestFinished, Retraction
 
-LOGS = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "logs"
+LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
 PREFIX = re.compile(r"^\[(?P<ts>[\d-]+ [\d:]+)(?P<ranks>[^\]]*)\] (?P<msg>.*)$")
 
 

@@ -12,7 +12,7 @@ from advisor.commands.simulate import parse_sweep
 from advisor.errors import InputError
 from advisor.sim.config import load_server_config
 
-LOGS = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "logs"
+LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
 RESULT_KEYS = {
     "ratio",
     "max_running_requests",

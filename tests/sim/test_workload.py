@@ -13,7 +13,7 @@ import pytest
 from advisor.errors import InputError
 from advisor.sim.workload import available_workloads, load_replay, load_workload, workload_from_dict
 
-LOGS = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "logs"
+LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
 REQUESTS_JSON = LOGS / "requests-json.log"
 REQUEST_METRICS = LOGS / "sglang-request-metrics-20261129_15.log"
 

@@ -1,4 +1,4 @@
-"""Golden tests of the boot-log reader on the shared fixtures and on composed variants."""
+"""Golden tests of the boot-log reader on the vendored fixtures and on composed variants."""
 
 from pathlib import Path
 
@@ -7,7 +7,7 @@ import pytest
 from advisor.errors import InputError
 from advisor.sources.bootlog import parse_boot_log, read_boot_log
 
-LOGS = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "logs"
+LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
 
 
 def test_seed_boot_log():

@@ -1,4 +1,4 @@
-"""Golden tests of the log-line parser on every shared log fixture, plus prefixes, TP dedupe and garbage."""
+"""Golden tests of the log-line parser on every vendored log fixture, plus prefixes, TP dedupe and garbage."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from advisor.sources.loglines import (
     parse_line,
 )
 
-LOGS = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "logs"
+LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
 
 
 def _epoch(text: str) -> float:

@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from advisor.errors import InputError
 from advisor.sources.metrics import MetricsParseError, parse_metrics
 
-METRICS = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "metrics"
+METRICS = Path(__file__).resolve().parents[1] / "fixtures" / "metrics"
 SCENARIOS = ("single", "tp2", "dp2tp4")
 
 

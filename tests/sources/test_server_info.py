@@ -15,7 +15,7 @@ from advisor.model.serving import slots_per_request
 from advisor.sources.http import HttpClient
 from advisor.sources.server_info import fetch_loads, fetch_server_info, parse_loads, parse_server_info
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures"
+SHARED = Path(__file__).resolve().parents[1] / "fixtures"
 # Each /server_info body matches a boot log: (body, boot log).
 PAIRS = {
     "server_info-tp8-default.json": "boot-tp8-default.log",
