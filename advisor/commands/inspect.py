@@ -16,7 +16,8 @@ from advisor.sources.bootlog import BootInfo
 from advisor.sources.http import HttpClient
 from advisor.sources.loglines import LogLineParser, digest
 from advisor.sources.metrics import MetricsObservation, parse_metrics
-from advisor.sources.server_info import ServerInfo, fetch_server_info, parse_server_info
+from advisor.sources.scrape import scrape_metrics, scrape_server_info
+from advisor.sources.server_info import ServerInfo, parse_server_info
 
 
 def register(sub: Any) -> None:
@@ -55,23 +56,13 @@ def observe(args: argparse.Namespace) -> dict[str, Any]:
     if args.url:
         with HttpClient(timeout_seconds=args.timeout, api_key=args.api_key) as client:
             if metrics is None:
-                result = client.get_text(args.url.rstrip("/") + "/metrics")
-                if result.ok and isinstance(result.body, str):
-                    try:
-                        metrics = parse_metrics(result.body)
-                    except InputError as exc:
-                        errors.append(f"metrics: {exc}")
-                else:
-                    errors.append(f"metrics: {result.error}")
+                metrics, error = scrape_metrics(client, args.url)
+                if error:
+                    errors.append(f"metrics: {error}")
             if info is None:
-                result = fetch_server_info(client, args.url.rstrip("/"))
-                if result.ok and isinstance(result.body, dict):
-                    try:
-                        info = parse_server_info(result.body)
-                    except InputError as exc:
-                        errors.append(f"server_info: {exc}")
-                else:
-                    errors.append(f"server_info: {result.error}")
+                info, error = scrape_server_info(client, args.url)
+                if error:
+                    errors.append(f"server_info: {error}")
 
     now = time.time()
     estimator = WorkloadEstimator(EstimatorSettings())

@@ -13,9 +13,15 @@ from typing import Any
 from advisor.config import AdvisorConfig, TargetConfig
 from advisor.errors import InputError
 from advisor.estimate.deltas import ObservationDelta, diff_counters
-from advisor.estimate.workload import EstimatorSettings, ScrapeSample, WorkloadEstimator
-from advisor.model.advice import MemoryFacts
-from advisor.model.pools import GIB, ByteConstants
+from advisor.estimate.workload import EstimatorSettings, WorkloadEstimator
+from advisor.feeder import (
+    ByteOverrides,
+    model_name_of,
+    observed_clamp,
+    scrape_sample,
+    server_model,
+    serving_config_of,
+)
 from advisor.model.serving import ServingConfig
 from advisor.recommend.engine import RecommenderSettings, ServerModel, WorkloadPicture, recommend
 from advisor.recommend.types import Recommendation
@@ -23,11 +29,12 @@ from advisor.sources.bootlog import BootInfo, read_boot_log
 from advisor.sources.follow import LogFollower
 from advisor.sources.http import HttpClient
 from advisor.sources.loglines import LogLineParser, digest
-from advisor.sources.metrics import MetricsObservation, parse_metrics
-from advisor.sources.server_info import ServerInfo, fetch_server_info, parse_server_info
+from advisor.sources.metrics import MetricsObservation
+from advisor.sources.scrape import scrape_metrics, scrape_server_info
+from advisor.sources.server_info import ServerInfo
 from advisor.status import TargetStatus
 
-SOURCES = ("metrics", "server_info", "logs", "boot_log", "checkpoint")
+SOURCES = ("metrics", "server_info", "logs", "boot_log", "checkpoint", "internal")
 
 
 @dataclass
@@ -41,23 +48,6 @@ class CycleReport:
     request_records: int = 0
     log_retractions: int = 0
     errors: list[str] = field(default_factory=list)
-
-
-def constants_from_server_info(info: ServerInfo) -> tuple[ByteConstants, float] | None:
-    """Invert SGLang's split from /server_info: KV bytes and token count give bytes per token; the KV bytes,
-    the ratio and max_mamba_cache_size give the slot size (ratio-based pools only; within one slot)."""
-    serving = info.serving
-    if serving.max_mamba_cache_size is not None or not info.shards:
-        return None
-    shard = info.shards[0]
-    if not (shard.kv_cache_gb and shard.kv_capacity_tokens and shard.max_mamba_cache_size):
-        return None
-    kv_bytes = shard.kv_cache_gb * GIB
-    ratio = serving.mamba_full_memory_ratio
-    per_slot = ratio * kv_bytes / (shard.max_mamba_cache_size + 1.5 + 0.5 * ratio)
-    per_token = kv_bytes / (shard.kv_capacity_tokens + serving.page_size)
-    rest = kv_bytes + (shard.max_mamba_cache_size + 1) * per_slot
-    return ByteConstants(per_slot, per_token), rest
 
 
 class TargetPipeline:
@@ -82,6 +72,7 @@ class TargetPipeline:
         self.last_errors: list[str] = []
         self.last_recommendation: Recommendation | None = None
         self.info_due = True
+        self._serving_error = ""
         if target.boot_log:
             try:
                 self.boot = read_boot_log(target.boot_log)
@@ -166,14 +157,9 @@ class TargetPipeline:
             report.request_records = self.estimator.observe_requests(now, lengths)
 
     def _scrape(self, now: float, report: CycleReport) -> bool:
-        result = self.client.get_text(f"{self.target.url}/metrics")
-        if not result.ok or not isinstance(result.body, str):
-            self._error("metrics", result.error or "empty /metrics body")
-            return False
-        try:
-            observation = parse_metrics(result.body)
-        except InputError as exc:
-            self._error("metrics", str(exc))
+        observation, error = scrape_metrics(self.client, self.target.url)
+        if observation is None:
+            self._error("metrics", error or "no observation")
             return False
         delta = diff_counters(self.previous, observation, interval_seconds=None)
         report.metrics, report.delta = observation, delta
@@ -186,92 +172,32 @@ class TargetPipeline:
             return True
         if not self.uses_request_logs:
             self.estimator.observe_token_histograms(now, delta.prompt_tokens_histogram, delta.generation_tokens_histogram)
-        self.estimator.observe_scrape(now, self._scrape_sample(observation, delta, report, first))
+        clamp = observed_clamp(self.server_info, self.boot, len(observation.ranks))
+        self.estimator.observe_scrape(
+            now, scrape_sample(observation, delta, clamp=clamp, log_retractions=report.log_retractions, baseline=first)
+        )
         return True
 
-    def _scrape_sample(self, obs: MetricsObservation, delta: ObservationDelta, report: CycleReport, first: bool) -> ScrapeSample:
-        def total(name: str) -> float | None:
-            values = [getattr(rank, name) for rank in obs.ranks if getattr(rank, name) is not None]
-            return float(sum(values)) if values else None
-
-        clamp = None
-        if self.server_info is not None and self.server_info.shards:
-            caps = [s.effective_max_running_requests for s in self.server_info.shards]
-            if all(c is not None for c in caps):
-                clamp = float(sum(c for c in caps if c is not None))
-        if clamp is None and self.boot is not None and self.boot.max_running_requests is not None:
-            clamp = float(self.boot.max_running_requests * max(1, len(obs.ranks)))
-        retracted = delta.retracted_requests
-        retracted_tokens = 0.0
-        for rank in delta.ranks:
-            retracted_tokens += (rank.retracted_input_tokens or 0.0) + (rank.retracted_output_tokens or 0.0)
-        if retracted is None:
-            retracted = float(report.log_retractions)
-        ratios = [r.new_token_ratio for r in obs.ranks if r.new_token_ratio is not None]
-        return ScrapeSample(
-            running_requests=total("running_requests") or 0.0,
-            queued_requests=total("queued_requests") or 0.0,
-            max_running_requests=clamp,
-            decode_sum_seq_lens=total("decode_sum_seq_lens"),
-            kv_used_tokens=total("kv_used_tokens"),
-            kv_capacity_tokens=total("kv_capacity_tokens"),
-            state_slots_used=total("state_slots_used"),
-            state_pool_slots=total("state_pool_slots"),
-            new_token_ratio=sum(ratios) / len(ratios) if ratios else None,
-            retracted_requests=0.0 if first else retracted,
-            retracted_tokens=0.0 if first else retracted_tokens,
-        )
-
     def _refresh_server_info(self, report: CycleReport) -> None:
-        result = fetch_server_info(self.client, self.target.url)
-        if not result.ok or not isinstance(result.body, dict):
-            self._error("server_info", result.error or "no JSON object from /server_info")
+        info, error = scrape_server_info(self.client, self.target.url)
+        if info is None:
+            self._error("server_info", error or "no server info")
             return
-        try:
-            self.server_info = parse_server_info(result.body)
-            self.info_due = False
-        except InputError as exc:
-            self._error("server_info", str(exc))
+        self.server_info = info
+        self.info_due = False
 
     # -- the model and the recommendation -------------------------------------------------------------
 
     def server_model(self) -> ServerModel:
-        serving = self.server_info.serving if self.server_info is not None else ServingConfig()
-        constants: ByteConstants | None = None
-        rest: float | None = None
-        if self.target.state_bytes_per_slot and self.target.kv_bytes_per_token:
-            constants = ByteConstants(self.target.state_bytes_per_slot, self.target.kv_bytes_per_token)
-        elif self.boot is not None:
-            constants, rest = self.boot.constants(), self.boot.rest_bytes
-        elif self.server_info is not None:
-            inverted = constants_from_server_info(self.server_info)
-            if inverted is not None:
-                constants, rest = inverted
-        if self.target.rest_gib:
-            rest = self.target.rest_gib * GIB
-        observed_clamp = observed_cache = kv_tokens = None
-        memory = MemoryFacts(mem_fraction_static=serving.mem_fraction_static)
-        if self.server_info is not None and self.server_info.shards:
-            shard = self.server_info.shards[0]
-            observed_clamp, observed_cache, kv_tokens = (
-                shard.effective_max_running_requests, shard.max_mamba_cache_size, shard.kv_capacity_tokens,
-            )
-        if self.boot is not None:
-            observed_clamp = observed_clamp or self.boot.max_running_requests
-            memory = MemoryFacts(
-                card_available_gib=self.boot.avail_before_weights_gib,
-                idle_after_pools_gib=self.boot.memory_pool_end_avail_gib,
-                idle_after_graphs_gib=self.boot.available_gpu_mem_gib,
-                mem_fraction_static=serving.mem_fraction_static,
-            )
-        context_len = 262144
-        if self.previous is not None and self.previous.ranks and self.previous.ranks[0].context_len:
-            context_len = int(self.previous.ranks[0].context_len)
-        return ServerModel(
-            serving=serving, constants=constants, rest_bytes=rest, observed_max_running_requests=observed_clamp,
-            observed_max_mamba_cache_size=observed_cache, kv_capacity_tokens=kv_tokens,
-            model_context_len=context_len, memory=memory,
-        )
+        try:
+            serving = serving_config_of(self.server_info, self.boot)
+        except InputError as exc:
+            if str(exc) != self._serving_error:  # count a bad boot-log server_args once, not every cycle
+                self._error("boot_log", str(exc))
+            self._serving_error = str(exc)
+            serving = ServingConfig()
+        overrides = ByteOverrides(self.target.state_bytes_per_slot, self.target.kv_bytes_per_token, self.target.rest_gib)
+        return server_model(serving, self.server_info, self.boot, self.previous, overrides)
 
     def _status(self, now: float) -> TargetStatus:
         stale = self.consecutive_failures >= self.config.stale_after_cycles
@@ -284,6 +210,7 @@ class TargetPipeline:
         try:
             rec = recommend(model, picture, self.recommender_settings, inputs_stale=stale)
         except (ValueError, ZeroDivisionError) as exc:
+            self._error("internal", f"recommendation failed: {exc}")
             rec = Recommendation(decision="insufficient_data", reason=f"cannot compute: {exc}")
         self.last_recommendation = rec
         serving = model.serving
@@ -294,11 +221,7 @@ class TargetPipeline:
             "kv_dtype": serving.kv_cache_dtype or "auto",
             "tp": str(serving.tp_size), "dp": str(serving.dp_size), "pp": str(serving.pp_size), "dcp": str(serving.dcp_size),
         }
-        model_name = ""
-        if self.server_info is not None and self.server_info.model_name:
-            model_name = self.server_info.model_name
-        elif self.previous is not None and self.previous.model_name:
-            model_name = self.previous.model_name
+        model_name = model_name_of(self.server_info, self.previous)
         return TargetStatus(
             server=self.target.name,
             model_name=model_name,

@@ -1,0 +1,161 @@
+"""The feeder: turns what the sources returned (a metrics observation and its deltas, /server_info, a boot
+log) into the inputs of the pure rooms (the estimator's ScrapeSample, the recommender's ServerModel).
+Pure: plain dataclasses in, plain dataclasses out. The daemon and `inspect` both go through it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from advisor.estimate.deltas import ObservationDelta
+from advisor.estimate.workload import ScrapeSample
+from advisor.model.advice import MemoryFacts
+from advisor.model.pools import GIB, ByteConstants
+from advisor.model.serving import ServingConfig
+from advisor.recommend.engine import ServerModel
+from advisor.sources.bootlog import BootInfo
+from advisor.sources.metrics import MetricsObservation
+from advisor.sources.server_info import ServerInfo, serving_config_from_args
+
+# SGLang's default context length for the hybrid models we advise on, used only when the server has not said.
+DEFAULT_MODEL_CONTEXT_LEN = 262144
+
+
+@dataclass(frozen=True)
+class ByteOverrides:
+    """Operator-given constants (the daemon config's per-target keys); each wins over what was observed."""
+
+    state_bytes_per_slot: float | None = None
+    kv_bytes_per_token: float | None = None
+    rest_gib: float | None = None
+
+
+def constants_from_server_info(info: ServerInfo) -> tuple[ByteConstants, float] | None:
+    """Invert SGLang's split from /server_info: KV bytes and token count give bytes per token; the KV bytes,
+    the ratio and max_mamba_cache_size give the slot size (ratio-based pools only; within one slot).
+    Returns the constants and the bytes both pools share, or None when the body cannot give them."""
+    serving = info.serving
+    if serving.max_mamba_cache_size is not None or not info.shards:
+        return None
+    shard = info.shards[0]
+    if not (shard.kv_cache_gb and shard.kv_capacity_tokens and shard.max_mamba_cache_size):
+        return None
+    kv_bytes = shard.kv_cache_gb * GIB
+    ratio = serving.mamba_full_memory_ratio
+    per_slot = ratio * kv_bytes / (shard.max_mamba_cache_size + 1.5 + 0.5 * ratio)
+    per_token = kv_bytes / (shard.kv_capacity_tokens + serving.page_size)
+    rest = kv_bytes + (shard.max_mamba_cache_size + 1) * per_slot
+    return ByteConstants(per_slot, per_token), rest
+
+
+def observed_clamp(server_info: ServerInfo | None, boot: BootInfo | None, dp_ranks: int) -> float | None:
+    """The server's own concurrency clamp summed over DP workers: /server_info's per-shard caps when every
+    shard reports one, else the boot log's per-worker clamp times the DP ranks seen in /metrics."""
+    if server_info is not None and server_info.shards:
+        caps = [shard.effective_max_running_requests for shard in server_info.shards]
+        if all(cap is not None for cap in caps):
+            return float(sum(cap for cap in caps if cap is not None))
+    if boot is not None and boot.max_running_requests is not None:
+        return float(boot.max_running_requests * max(1, dp_ranks))
+    return None
+
+
+def scrape_sample(
+    observation: MetricsObservation,
+    delta: ObservationDelta,
+    *,
+    clamp: float | None,
+    log_retractions: int,
+    baseline: bool,
+) -> ScrapeSample:
+    """One scrape as the estimator sees it: gauges summed over DP ranks, counters as deltas since the last
+    scrape. `baseline` marks a scrape whose counters were seen before (first after start or restore): its
+    retractions are not new. Retractions come from /metrics when SGLang exports them, else from the logs."""
+
+    def total(name: str) -> float | None:
+        values = [getattr(rank, name) for rank in observation.ranks if getattr(rank, name) is not None]
+        return float(sum(values)) if values else None
+
+    retracted = delta.retracted_requests
+    retracted_tokens = 0.0
+    for rank in delta.ranks:
+        retracted_tokens += (rank.retracted_input_tokens or 0.0) + (rank.retracted_output_tokens or 0.0)
+    if retracted is None:
+        retracted = float(log_retractions)
+    ratios = [rank.new_token_ratio for rank in observation.ranks if rank.new_token_ratio is not None]
+    return ScrapeSample(
+        running_requests=total("running_requests") or 0.0,
+        queued_requests=total("queued_requests") or 0.0,
+        max_running_requests=clamp,
+        decode_sum_seq_lens=total("decode_sum_seq_lens"),
+        kv_used_tokens=total("kv_used_tokens"),
+        kv_capacity_tokens=total("kv_capacity_tokens"),
+        state_slots_used=total("state_slots_used"),
+        state_pool_slots=total("state_pool_slots"),
+        new_token_ratio=sum(ratios) / len(ratios) if ratios else None,
+        retracted_requests=0.0 if baseline else retracted,
+        retracted_tokens=0.0 if baseline else retracted_tokens,
+    )
+
+
+def serving_config_of(server_info: ServerInfo | None, boot: BootInfo | None) -> ServingConfig:
+    """The live serving config: /server_info's, else the boot log's `server_args` (SGLang's defaults where
+    it is silent), else SGLang's defaults. Raises InputError naming the field when the boot log's args are bad."""
+    if server_info is not None:
+        return server_info.serving
+    if boot is not None and boot.server_args:
+        return serving_config_from_args(boot.server_args, where="boot log server_args")
+    return ServingConfig()
+
+
+def server_model(
+    serving: ServingConfig,
+    server_info: ServerInfo | None,
+    boot: BootInfo | None,
+    metrics: MetricsObservation | None,
+    overrides: ByteOverrides = ByteOverrides(),
+) -> ServerModel:
+    """What is known of one server's pools, given its serving config (`serving_config_of`). Byte constants,
+    in order of trust: the operator's, the boot log's (exact), inverted from /server_info. The clamp comes
+    from /server_info's shards, else the boot log."""
+    constants: ByteConstants | None = None
+    rest: float | None = None
+    if overrides.state_bytes_per_slot and overrides.kv_bytes_per_token:
+        constants = ByteConstants(overrides.state_bytes_per_slot, overrides.kv_bytes_per_token)
+    elif boot is not None:
+        constants, rest = boot.constants(), boot.rest_bytes
+    elif server_info is not None:
+        inverted = constants_from_server_info(server_info)
+        if inverted is not None:
+            constants, rest = inverted
+    if overrides.rest_gib:
+        rest = overrides.rest_gib * GIB
+    clamp = cache = kv_tokens = None
+    memory = MemoryFacts(mem_fraction_static=serving.mem_fraction_static)
+    if server_info is not None and server_info.shards:
+        shard = server_info.shards[0]
+        clamp, cache, kv_tokens = shard.effective_max_running_requests, shard.max_mamba_cache_size, shard.kv_capacity_tokens
+    if boot is not None:
+        clamp = clamp or boot.max_running_requests
+        memory = MemoryFacts(
+            card_available_gib=boot.avail_before_weights_gib,
+            idle_after_pools_gib=boot.memory_pool_end_avail_gib,
+            idle_after_graphs_gib=boot.available_gpu_mem_gib,
+            mem_fraction_static=serving.mem_fraction_static,
+        )
+    context_len = DEFAULT_MODEL_CONTEXT_LEN
+    if metrics is not None and metrics.ranks and metrics.ranks[0].context_len:
+        context_len = int(metrics.ranks[0].context_len)
+    return ServerModel(
+        serving=serving, constants=constants, rest_bytes=rest, observed_max_running_requests=clamp,
+        observed_max_mamba_cache_size=cache, kv_capacity_tokens=kv_tokens,
+        model_context_len=context_len, memory=memory,
+    )
+
+
+def model_name_of(server_info: ServerInfo | None, metrics: MetricsObservation | None) -> str:
+    """SGLang's `model_name`: /server_info's served name, else the label on /metrics."""
+    if server_info is not None and server_info.model_name:
+        return server_info.model_name
+    if metrics is not None and metrics.model_name:
+        return metrics.model_name
+    return ""

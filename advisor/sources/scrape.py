@@ -1,0 +1,32 @@
+"""One fetch-and-parse of each HTTP source of an SGLang server: /metrics and /server_info. Errors come back
+as one-line strings beside a None value, never raised, so the daemon can count them and `inspect` can print
+them; the daemon and `inspect` share this sequence."""
+
+from __future__ import annotations
+
+from advisor.errors import InputError
+from advisor.sources.http import HttpClient
+from advisor.sources.metrics import MetricsObservation, parse_metrics
+from advisor.sources.server_info import ServerInfo, fetch_server_info, parse_server_info
+
+
+def scrape_metrics(client: HttpClient, base_url: str) -> tuple[MetricsObservation | None, str | None]:
+    """GET {base_url}/metrics and parse it: (observation, None) or (None, why not)."""
+    result = client.get_text(f"{base_url.rstrip('/')}/metrics")
+    if not result.ok or not isinstance(result.body, str):
+        return None, result.error or "empty /metrics body"
+    try:
+        return parse_metrics(result.body), None
+    except InputError as exc:
+        return None, str(exc)
+
+
+def scrape_server_info(client: HttpClient, base_url: str) -> tuple[ServerInfo | None, str | None]:
+    """GET {base_url}/server_info (falling back to /get_server_info) and parse it."""
+    result = fetch_server_info(client, base_url.rstrip("/"))
+    if not result.ok or not isinstance(result.body, dict):
+        return None, result.error or "no JSON object from /server_info"
+    try:
+        return parse_server_info(result.body), None
+    except InputError as exc:
+        return None, str(exc)

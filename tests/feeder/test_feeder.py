@@ -1,0 +1,148 @@
+"""The feeder, table by table: source dataclasses in, estimator and recommender inputs out (no I/O)."""
+
+import json
+
+import pytest
+from support import LOGS, METRICS, SERVER_INFO
+
+from advisor.errors import InputError
+from advisor.estimate.deltas import diff_counters
+from advisor.feeder import (
+    ByteOverrides,
+    constants_from_server_info,
+    model_name_of,
+    observed_clamp,
+    scrape_sample,
+    server_model,
+    serving_config_of,
+)
+from advisor.model.pools import GIB
+from advisor.model.serving import ServingConfig
+from advisor.sources.bootlog import read_boot_log
+from advisor.sources.metrics import parse_metrics
+from advisor.sources.server_info import ServerShard, parse_server_info
+
+
+def _info(name="server_info-tp8-default.json"):
+    return parse_server_info(json.loads((SERVER_INFO / name).read_text()))
+
+
+def _boot():
+    return read_boot_log(LOGS / "boot-tp8-default.log")
+
+
+def _metrics(name="sglang-0.5.23-dp2tp4"):
+    return parse_metrics((METRICS / f"{name}.prom").read_text())
+
+
+def test_server_info_inversion_matches_boot_log():
+    constants, rest = constants_from_server_info(_info())
+    boot = _boot()
+    assert constants.token_equiv == pytest.approx(boot.constants().token_equiv, rel=0.005)
+    assert rest == pytest.approx(boot.rest_bytes, rel=0.005)
+
+
+def test_inversion_refuses_a_pinned_pool_and_an_empty_body():
+    info = _info()
+    pinned = type(info)(
+        serving=ServingConfig(max_mamba_cache_size=100), version=info.version, model_name=info.model_name,
+        shards=info.shards,
+    )
+    assert constants_from_server_info(pinned) is None
+    bare = type(info)(serving=info.serving, version=None, model_name=None, shards=[])
+    assert constants_from_server_info(bare) is None
+
+
+def _shard(dp_rank, cap):
+    return ServerShard(dp_rank=dp_rank, max_mamba_cache_size=100, effective_max_running_requests=cap,
+                       kv_capacity_tokens=1000, kv_cache_gb=1.0, weight_gb=None, startup_available_gb=None)
+
+
+@pytest.mark.parametrize(
+    ("caps", "boot_clamp", "dp_ranks", "expected"),
+    [
+        ([20, 22], None, 2, 42.0),  # every shard reports: their sum
+        ([20, None], 25, 2, 50.0),  # one shard silent: the boot log's per-worker clamp times the DP ranks
+        ([], 25, 3, 75.0),
+        ([], None, 2, None),
+        ([], 25, 0, 25.0),  # no ranks seen yet counts as one worker
+    ],
+)
+def test_observed_clamp(caps, boot_clamp, dp_ranks, expected):
+    info = _info()
+    info = type(info)(serving=info.serving, version=None, model_name=None,
+                      shards=[_shard(i, cap) for i, cap in enumerate(caps)])
+    boot = _boot()
+    boot.max_running_requests = boot_clamp
+    assert observed_clamp(info if caps else None, boot, dp_ranks) == expected
+
+
+def test_scrape_sample_sums_ranks_and_keeps_a_baseline_free_of_retractions():
+    observation = _metrics()
+    truth = json.loads((METRICS / "sglang-0.5.23-dp2tp4.truth.json").read_text())
+    since_start = diff_counters(None, observation, interval_seconds=None)
+    baseline = scrape_sample(observation, since_start, clamp=96.0, log_retractions=7, baseline=True)
+    running = sum(rank.running_requests for rank in observation.ranks)
+    assert baseline.running_requests == running > 0
+    assert baseline.max_running_requests == 96.0
+    assert baseline.retracted_requests == 0.0 and baseline.retracted_tokens == 0.0
+    counted = scrape_sample(observation, since_start, clamp=None, log_retractions=7, baseline=False)
+    assert counted.retracted_requests == sum(rank["retracted_reqs_total"] for rank in truth["ranks"]) > 0
+    assert counted.retracted_tokens == sum(
+        rank["retracted_input_tokens_total"] + rank["retracted_output_tokens_total"] for rank in truth["ranks"]
+    )
+
+
+def test_scrape_sample_takes_log_retractions_when_metrics_have_none():
+    observation = _metrics("sglang-0.5.23-single")
+    delta = diff_counters(None, observation, interval_seconds=None)
+    stripped = type(delta)(**{**delta.__dict__, "ranks": []})
+    sample = scrape_sample(observation, stripped, clamp=None, log_retractions=7, baseline=False)
+    assert sample.retracted_requests == 7.0
+
+
+def test_server_model_trusts_the_operator_then_the_boot_log_then_server_info():
+    info, boot = _info(), _boot()
+    serving = serving_config_of(info, boot)
+    from_info = server_model(serving, info, None, None)
+    from_boot = server_model(serving, info, boot, None)
+    given = server_model(serving, info, boot, None, ByteOverrides(1e6, 1e3, rest_gib=10))
+    assert from_boot.constants == boot.constants() and from_boot.rest_bytes == boot.rest_bytes
+    assert from_info.constants.token_equiv == pytest.approx(boot.constants().token_equiv, rel=0.005)
+    assert given.constants.token_equiv == pytest.approx(1000.0)
+    assert given.rest_bytes == 10 * GIB
+    # the clamp: /server_info's shard first, and the boot log's memory facts for the free lever
+    assert from_boot.observed_max_running_requests == info.shards[0].effective_max_running_requests
+    assert from_boot.memory.idle_after_pools_gib == boot.memory_pool_end_avail_gib
+    assert from_info.memory.idle_after_pools_gib is None
+
+
+def test_server_model_reads_the_context_length_from_metrics():
+    observation = _metrics("sglang-0.5.23-single")
+    model = server_model(ServingConfig(), None, None, observation)
+    assert model.model_context_len == int(observation.ranks[0].context_len)
+    assert server_model(ServingConfig(), None, None, None).model_context_len == 262144
+
+
+def test_serving_config_comes_from_the_boot_log_when_server_info_is_missing():
+    boot = _boot()
+    serving = serving_config_of(None, boot)
+    assert serving.tp_size == 8  # SGLang's default is 1: the boot log's args were read
+    assert serving.kv_cache_dtype == "fp8_e4m3" and serving.mamba_ssm_dtype == "float32"
+    assert serving_config_of(_info(), boot) == _info().serving
+    assert serving_config_of(None, None) == ServingConfig()
+
+
+def test_bad_boot_log_args_are_an_error_naming_the_field():
+    boot = _boot()
+    boot.server_args = {**boot.server_args, "mamba_radix_cache_strategy": "sideways"}
+    with pytest.raises(InputError, match="mamba_radix_cache_strategy"):
+        serving_config_of(None, boot)
+
+
+def test_model_name_prefers_server_info_then_metrics():
+    info, observation = _info(), _metrics("sglang-0.5.23-single")
+    assert model_name_of(info, observation) == info.model_name
+    bare = type(info)(serving=info.serving, version=None, model_name=None, shards=[])
+    assert model_name_of(bare, observation) == observation.model_name != ""
+    assert model_name_of(None, None) == ""
