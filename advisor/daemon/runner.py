@@ -85,7 +85,7 @@ class Advisor:
             status, report = pipeline.cycle(self.now())
         except Exception as exc:  # a bug in one target's cycle must not kill the daemon
             log.exception("cycle of %s failed", pipeline.target.name)
-            pipeline.errors_total["metrics"] += 1
+            pipeline.errors_total["internal"] += 1
             status = TargetStatus(server=pipeline.target.name, up=False, last_errors=[f"internal error: {exc}"],
                                   scrape_errors_total=dict(pipeline.errors_total))
             report = CycleReport(errors=[str(exc)])

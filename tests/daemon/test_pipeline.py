@@ -92,3 +92,23 @@ def test_request_log_rotation_and_truncation_lose_nothing(tmp_path):
         # request logs win over the metrics histograms: nothing is counted twice
         assert advisor.pipelines[0].uses_request_logs
         advisor.close()
+
+
+def test_a_bug_in_one_cycle_is_counted_as_internal_and_the_daemon_goes_on(monkeypatch):
+    with ReplayServer() as server:
+        advisor = advisor_for(server.url)
+        assert advisor.run_cycle()[0].up
+        pipeline = advisor.pipelines[0]
+        real_cycle = pipeline.cycle
+
+        def broken(now):
+            raise RuntimeError("estimator exploded")
+
+        monkeypatch.setattr(pipeline, "cycle", broken)
+        status = advisor.run_cycle()[0]
+        assert status.scrape_errors_total["internal"] == 1
+        assert status.scrape_errors_total["metrics"] == 0
+        assert not status.up and "estimator exploded" in status.last_errors[0]
+        monkeypatch.setattr(pipeline, "cycle", real_cycle)
+        assert advisor.run_cycle()[0].up
+        advisor.close()
