@@ -1,0 +1,304 @@
+"""What to ask a Prometheus store about a fleet of SGLang servers, and how to read the answers back into the
+same `MetricsObservation` a direct `/metrics` scrape gives (pure: PromQL strings out, result rows in).
+
+A fixed handful of queries covers every server at once, whatever the fleet size: each aggregates away the
+TP-rank copies in PromQL (`max by (<server labels>, dp_rank)` for the scheduler's per-rank gauges and
+retraction counters, which every TP rank of a DP rank writes alike; `sum by (<server labels>, le)` for the
+tokenizer's histograms and counters, summed over `is_streaming` and custom labels as a direct scrape does,
+see `advisor.sources.metrics`). Rows are grouped by the labels that identify a server (default `instance`)
+and by timestamp, so a range query replays history as if the advisor had scraped every `step` seconds.
+Byte constants without `/server_info` come from the pool gauges (`max_total_num_tokens`,
+`kv_cache_memory_usage_gb`, the three `mamba_*_tokens`; SGLang 0.5.23 `observability/metrics_collector.py`
+`emit_constants` and `pool_stats_observer.py`), with the live ratio assumed, since no gauge carries it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from advisor.model.serving import ServingConfig, slots_per_request
+from advisor.sources.metrics import Histogram, MetricsObservation, RankMetrics
+from advisor.sources.server_info import ServerInfo, ServerShard
+
+# Scheduler-side families, one value per DP rank (the gauges come from the stats rank, the constants and the
+# retraction counters from every TP rank alike: `max` keeps one copy).
+RANK_FAMILIES: dict[str, str] = {
+    "sglang:num_running_reqs": "running_requests",
+    "sglang:num_queue_reqs": "queued_requests",
+    "sglang:max_total_num_tokens": "kv_capacity_tokens",
+    "sglang:kv_used_tokens": "kv_used_tokens",
+    "sglang:mamba_used_tokens": "state_slots_used",
+    "sglang:mamba_available_tokens": "state_slots_available",
+    "sglang:mamba_evictable_tokens": "state_slots_evictable",
+    "sglang:decode_sum_seq_lens": "decode_sum_seq_lens",
+    "sglang:new_token_ratio": "new_token_ratio",
+    "sglang:page_size": "page_size",
+    "sglang:context_len": "context_len",
+    "sglang:kv_cache_memory_usage_gb": "kv_cache_memory_gb",
+    "sglang:num_retracted_requests_total": "retracted_requests_total",
+    "sglang:num_retracted_input_tokens_total": "retracted_input_tokens_total",
+    "sglang:num_retracted_output_tokens_total": "retracted_output_tokens_total",
+}
+# Tokenizer-side counters (no rank labels): summed over every other label.
+TOKENIZER_COUNTERS: dict[str, str] = {
+    "sglang:num_requests_total": "requests_total",
+    "sglang:num_aborted_requests_total": "aborted_requests_total",
+    "sglang:prompt_tokens_total": "prompt_tokens_total",
+    "sglang:generation_tokens_total": "generation_tokens_total",
+    "sglang:cached_tokens_total": "cached_tokens_total",
+}
+HISTOGRAM_FAMILIES: dict[str, str] = {
+    "sglang:prompt_tokens_histogram": "prompt_tokens_histogram",
+    "sglang:generation_tokens_histogram": "generation_tokens_histogram",
+}
+_INTEGER_FIELDS = frozenset({
+    "running_requests", "queued_requests", "kv_capacity_tokens", "kv_used_tokens", "state_slots_used",
+    "state_slots_available", "state_slots_evictable", "decode_sum_seq_lens", "page_size", "context_len",
+})
+DEFAULT_SERVER_LABELS: tuple[str, ...] = ("instance",)
+
+
+@dataclass(frozen=True)
+class FleetQuery:
+    """One PromQL expression of the fixed set, and how its rows are read (`rank`, `counter`, `histogram`)."""
+
+    name: str
+    kind: str
+    expr: str
+
+
+def _alternation(names: Iterable[str]) -> str:
+    return "|".join(name.removeprefix("sglang:") for name in names)
+
+
+def fleet_queries(matchers: str = "", server_labels: Sequence[str] = DEFAULT_SERVER_LABELS) -> list[FleetQuery]:
+    """The fixed query set for every server matching `matchers` (the inside of a `{...}` selector)."""
+    extra = f", {matchers}" if matchers else ""
+    by = ", ".join(server_labels)
+    # priority="" also matches series without the label: the per-priority breakdowns of a scheduler gauge
+    # (--enable-priority-scheduling) are left out, their total kept (metrics_collector.py).
+    rank = (
+        f'max by (__name__, {by}, dp_rank) '
+        f'({{__name__=~"sglang:({_alternation(RANK_FAMILIES)})", priority=""{extra}}})'
+    )
+    counters = (
+        f'sum by (__name__, {by}, model_name) ({{__name__=~"sglang:({_alternation(TOKENIZER_COUNTERS)})"{extra}}})'
+    )
+    queries = [FleetQuery("rank", "rank", rank), FleetQuery("counters", "counter", counters)]
+    for family in HISTOGRAM_FAMILIES:
+        short = family.removeprefix("sglang:")
+        queries.append(FleetQuery(
+            short, "histogram", f'sum by (__name__, {by}, le) ({{__name__=~"sglang:{short}_(bucket|sum|count)"{extra}}})',
+        ))
+    return queries
+
+
+def replay_step(history_seconds: float, *, max_points: int = 240, min_step_seconds: float = 60.0) -> float:
+    """The range-query step that replays `history_seconds` in at most `max_points` scrapes, never below
+    `min_step_seconds` (a step shorter than the store's scrape interval repeats samples and adds nothing)."""
+    if not history_seconds > 0 or max_points < 1:
+        raise ValueError("history must be > 0 and max_points >= 1")
+    return max(min_step_seconds, math.ceil(history_seconds / max_points))
+
+
+@dataclass
+class _Sample:
+    """The rows of one server at one timestamp, as they arrive from the queries."""
+
+    rank_values: dict[tuple[int | None, str], float] = field(default_factory=dict)
+    counters: dict[str, float] = field(default_factory=dict)
+    buckets: dict[str, dict[float, float]] = field(default_factory=dict)
+    sums: dict[str, float] = field(default_factory=dict)
+    counts: dict[str, float] = field(default_factory=dict)
+    model_name: str | None = None
+
+
+class FleetFrame:
+    """Result rows of the fleet queries, grouped per server and timestamp; `observations()` reads them back."""
+
+    def __init__(self, server_labels: Sequence[str] = DEFAULT_SERVER_LABELS) -> None:
+        self.server_labels = tuple(server_labels)
+        self.samples: dict[str, dict[float, _Sample]] = {}
+        self.server_label_values: dict[str, dict[str, str]] = {}
+        self.skipped_rows = 0
+
+    def server_of(self, labels: Mapping[str, str]) -> str | None:
+        values = [labels.get(name, "") for name in self.server_labels]
+        if not any(values):
+            return None
+        name = "/".join(values)
+        if name not in self.server_label_values:
+            self.server_label_values[name] = {k: labels.get(k, "") for k in self.server_labels}
+        return name
+
+    def add(self, query: FleetQuery, rows: Iterable[tuple[Mapping[str, str], Sequence[tuple[float, float]]]]) -> None:
+        """Rows as (labels, [(unix seconds, value)]) from one query of `fleet_queries`."""
+        for labels, points in rows:
+            server = self.server_of(labels)
+            family = labels.get("__name__", "")
+            if server is None:
+                self.skipped_rows += 1
+                continue
+            per_time = self.samples.setdefault(server, {})
+            for t, value in points:
+                if math.isnan(value):
+                    continue
+                sample = per_time.get(t)
+                if sample is None:
+                    sample = per_time[t] = _Sample()
+                if not self._put(query.kind, family, labels, value, sample):
+                    self.skipped_rows += 1
+
+    @staticmethod
+    def _put(kind: str, family: str, labels: Mapping[str, str], value: float, sample: _Sample) -> bool:
+        if kind == "rank":
+            name = RANK_FAMILIES.get(family)
+            if name is None:
+                return False
+            raw = labels.get("dp_rank")
+            try:
+                dp_rank = int(raw) if raw not in (None, "") else None
+            except ValueError:
+                return False
+            sample.rank_values[(dp_rank, name)] = value
+            return True
+        if kind == "counter":
+            name = TOKENIZER_COUNTERS.get(family)
+            if name is None:
+                return False
+            sample.counters[name] = sample.counters.get(name, 0.0) + value
+            if sample.model_name is None and labels.get("model_name"):
+                sample.model_name = labels["model_name"]
+            return True
+        for base, name in HISTOGRAM_FAMILIES.items():
+            if not family.startswith(base):
+                continue
+            suffix = family[len(base):]
+            if suffix == "_bucket":
+                try:
+                    bound = float(labels.get("le", ""))
+                except ValueError:
+                    return False
+                sample.buckets.setdefault(name, {})[bound] = value
+            elif suffix == "_sum":
+                sample.sums[name] = value
+            elif suffix == "_count":
+                sample.counts[name] = value
+            else:
+                return False
+            return True
+        return False
+
+    def servers(self) -> list[str]:
+        return sorted(self.samples)
+
+    def observations(self, server: str) -> list[tuple[float, MetricsObservation]]:
+        """The server's observations in time order (timestamps where only part of the families answered
+        still give one: a family absent there reads as absent, as in a direct scrape)."""
+        per_time = self.samples.get(server, {})
+        return [(t, observation_of(per_time[t])) for t in sorted(per_time)]
+
+    def pop_observations(self, server: str) -> list[tuple[float, MetricsObservation]]:
+        """`observations(server)`, dropping the rows (keeps a large fleet's memory to one server's worth)."""
+        found = self.observations(server)
+        self.samples.pop(server, None)
+        return found
+
+
+def _histogram(name: str, sample: _Sample) -> Histogram | None:
+    buckets = sample.buckets.get(name)
+    if not buckets or math.inf not in buckets:
+        return None
+    bounds = tuple(sorted(buckets))
+    counts = tuple(buckets[b] for b in bounds)
+    if any(later < earlier for earlier, later in zip(counts, counts[1:], strict=False)):
+        return None
+    total = sample.counts.get(name, counts[-1])
+    return Histogram(upper_bounds=bounds, cumulative_counts=counts, sum=sample.sums.get(name, 0.0), count=total)
+
+
+def observation_of(sample: _Sample) -> MetricsObservation:
+    """One server at one timestamp as a `MetricsObservation` (what `parse_metrics` gives for a scrape)."""
+    per_rank: dict[int | None, dict[str, float | int]] = {}
+    families: set[str] = set()
+    by_field = {v: k for k, v in RANK_FAMILIES.items()}
+    for (dp_rank, name), value in sample.rank_values.items():
+        per_rank.setdefault(dp_rank, {})[name] = int(value) if name in _INTEGER_FIELDS and value.is_integer() else value
+        families.add(by_field[name])
+    ranks = []
+    for dp_rank in sorted(per_rank, key=lambda dp: -1 if dp is None else dp):
+        values = per_rank[dp_rank]
+        slots = [values.get(n) for n in ("state_slots_used", "state_slots_available", "state_slots_evictable")]
+        if all(s is not None for s in slots):
+            values["state_pool_slots"] = int(sum(float(s) for s in slots if s is not None))
+        ranks.append(RankMetrics(dp_rank=dp_rank, **values))  # type: ignore[arg-type]
+    counter_family = {v: k for k, v in TOKENIZER_COUNTERS.items()}
+    families.update(counter_family[name] for name in sample.counters)
+    histograms = {}
+    for family, name in HISTOGRAM_FAMILIES.items():
+        histograms[name] = _histogram(name, sample)
+        if histograms[name] is not None:
+            families.add(family)
+    return MetricsObservation(
+        ranks=ranks,
+        model_name=sample.model_name,
+        requests_total=sample.counters.get("requests_total"),
+        aborted_requests_total=sample.counters.get("aborted_requests_total"),
+        prompt_tokens_total=sample.counters.get("prompt_tokens_total"),
+        generation_tokens_total=sample.counters.get("generation_tokens_total"),
+        cached_tokens_total=sample.counters.get("cached_tokens_total"),
+        prompt_tokens_histogram=histograms["prompt_tokens_histogram"],
+        generation_tokens_histogram=histograms["generation_tokens_histogram"],
+        families_seen=frozenset(families),
+    )
+
+
+def server_info_from_gauges(
+    observation: MetricsObservation, *, assumed_ratio: float = 0.9, serving: ServingConfig | None = None,
+) -> ServerInfo | None:
+    """A stand-in `/server_info` from the pool gauges, for a server the advisor cannot reach: per DP shard
+    the KV pool's GiB and token capacity and the state pool's slots (used + available + evictable =
+    `max_mamba_cache_size`, observables reference §4); the clamp as SGLang caps it, slots // S. No gauge
+    carries the ratio, so `assumed_ratio` (SGLang's fallback 0.9 unless told) stands in for it. None when
+    the gauges are missing (SGLang before 0.5.16 has no `mamba_*_tokens` / `kv_cache_memory_usage_gb`)."""
+    base = serving or ServingConfig()
+    shards = []
+    for index, rank in enumerate(observation.ranks):
+        if not (rank.state_pool_slots and rank.kv_capacity_tokens and rank.kv_cache_memory_gb):
+            return None
+        shards.append(ServerShard(
+            dp_rank=rank.dp_rank if rank.dp_rank is not None else index,
+            max_mamba_cache_size=int(rank.state_pool_slots),
+            effective_max_running_requests=None,
+            kv_capacity_tokens=int(rank.kv_capacity_tokens),
+            kv_cache_gb=float(rank.kv_cache_memory_gb),
+            weight_gb=None,
+            startup_available_gb=None,
+        ))
+    if not shards:
+        return None
+    page = observation.ranks[0].page_size
+    serving_fields = {
+        **base.to_dict(),
+        "mamba_full_memory_ratio": assumed_ratio,
+        "max_mamba_cache_size": None,
+        "dp_size": max(base.dp_size, len(shards)),
+    }
+    if page:
+        serving_fields["page_size"] = int(page)
+    filled = ServingConfig(**serving_fields)
+    slots = slots_per_request(filled)
+    shards = [
+        ServerShard(s.dp_rank, s.max_mamba_cache_size, (s.max_mamba_cache_size or 0) // slots, s.kv_capacity_tokens,
+                    s.kv_cache_gb, s.weight_gb, s.startup_available_gb)
+        for s in shards
+    ]
+    return ServerInfo(serving=filled, version=None, model_name=observation.model_name, shards=shards)
+
+
+__all__ = [
+    "DEFAULT_SERVER_LABELS", "FleetFrame", "FleetQuery", "fleet_queries", "observation_of", "replay_step",
+    "server_info_from_gauges",
+]
