@@ -156,8 +156,15 @@ class TargetPipeline:
             self.uses_request_logs = True
             report.request_records = self.estimator.observe_requests(now, lengths)
 
+    def fetch_metrics(self) -> tuple[MetricsObservation | None, str | None]:
+        """This cycle's observation (a store-fed pipeline overrides this and `fetch_server_info`)."""
+        return scrape_metrics(self.client, self.target.url)
+
+    def fetch_server_info(self) -> tuple[ServerInfo | None, str | None]:
+        return scrape_server_info(self.client, self.target.url)
+
     def _scrape(self, now: float, report: CycleReport) -> bool:
-        observation, error = scrape_metrics(self.client, self.target.url)
+        observation, error = self.fetch_metrics()
         if observation is None:
             self._error("metrics", error or "no observation")
             return False
@@ -179,7 +186,7 @@ class TargetPipeline:
         return True
 
     def _refresh_server_info(self, report: CycleReport) -> None:
-        info, error = scrape_server_info(self.client, self.target.url)
+        info, error = self.fetch_server_info()
         if info is None:
             self._error("server_info", error or "no server info")
             return
