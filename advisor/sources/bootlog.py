@@ -1,48 +1,22 @@
 """Reads an SGLang boot log into the numbers the dual-pool model needs.
 
-Handles every TP rank's copy of each line, `[... DPk PPk TPk]` prefixes, uvicorn noise, several boots in one
-file (the last complete one wins) and a draft model's second pool. Line templates: SGLang 0.5.23
-`mem_cache/memory_pool.py` (pool lines), `managers/scheduler.py` (caps line), `kv_cache_configurator.py`.
+Every release's formats (see `advisor.sources.formats`): `server_args=ServerArgs(...)` and `server_args={...}`,
+the KV line with or without `dtype:`, the post-capture KV sizing lines, `bench_one_batch`'s bare
+`max_total_num_tokens=`, `[… DPn PPn TPn EPn]` prefixes (a pasted line that lost its `[` too), trailing
+spaces, several boots in one file (the last complete one wins) and a draft model's second pool. Linear in
+the input: fields are found with str.find, never with a backtracking regex.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from advisor.errors import InputError
 from advisor.model.pools import GIB, ByteConstants
+from advisor.sources.formats import float_after, int_after, parse_server_args, word_after
 
-_PREFIX = re.compile(
-    r"^\[(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?)(?P<ranks>(?: [A-Z_]+\d+)*)\]\s?(?P<msg>.*)$"
-)
-_RANK = re.compile(r"([A-Z_]+?)(\d+)")
-_MAMBA = re.compile(
-    r"Mamba Cache is allocated\. max_mamba_cache_size: (?P<size>\d+), conv_state size: (?P<conv>[\d.]+) ?GB, "
-    r"ssm_state size: (?P<ssm>[\d.]+) ?GB"
-    r"(?:,? intermediate_ssm_state_cache size: (?P<iss>[\d.]+) ?GB)?"
-    r"(?:,? intermediate_conv_window_cache size: (?P<icw>[\d.]+) ?GB)?"
-)
-_KV = re.compile(
-    r"(?:(?P<label>\S+) )?KV Cache (?:is allocated|VA upper bound)\. dtype: (?P<dtype>[\w.]+), #tokens: (?P<tokens>\d+), "
-    r"(?:K size: (?P<k>[\d.]+) GB, V size: (?P<v>[\d.]+) GB|KV size: (?P<kv>[\d.]+) GB)"
-)
-_LOAD_BEGIN = re.compile(r"Load weight begin\. avail mem=(?P<avail>[\d.]+) GB")
-_LOAD_END = re.compile(
-    r"Load weight end\..*?type=(?P<type>[\w.]+).*?avail mem=(?P<avail>[\d.]+) GB, mem usage=(?P<usage>[\d.]+) GB"
-)
-_POOL_END = re.compile(r"Memory pool end\. avail mem=(?P<avail>[\d.]+) GB")
-_CAPS = re.compile(
-    r"max_total_num_tokens=(?P<tokens>\d+), chunked_prefill_size=(?P<chunk>-?\d+), max_prefill_tokens=(?P<prefill>\d+), "
-    r"max_running_requests=(?P<mrr>\d+), context_len=(?P<ctx>\d+), available_(?:gpu|cpu)_mem=(?P<avail>[\d.]+) GB"
-)
-_CAPPED = re.compile(
-    r"max_running_requests is capped to (?P<cap>\d+) by the mamba state cache \(max_mamba_cache_size=(?P<size>\d+), "
-    r"(?P<slots>\d+) state slots per request\)"
-)
-_SERVER_ARGS = re.compile(r"server_args=ServerArgs\((?P<body>.*)\)\s*$")
-_ARG = re.compile(r"(\w+)=('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[^,()]+)")
+Rank = tuple[int, int, int]  # (dp, pp, tp)
 
 
 @dataclass
@@ -64,15 +38,16 @@ class StatePoolLine:
 
 @dataclass
 class KVPoolLine:
-    dtype: str
+    dtype: str | None  # None before 0.5.17 (no `dtype:` in the line)
     tokens: int
     kv_gib: float
     label: str | None = None
+    upper_bound: bool = False  # `KV Cache VA upper bound.`: sized again after CUDA-graph capture
 
 
 @dataclass
 class BootInfo:
-    """One SGLang boot as seen on the lowest DP/TP rank that printed it."""
+    """One SGLang boot as seen on the lowest DP/PP/TP rank that printed it."""
 
     state_pool: StatePoolLine
     kv_pool: KVPoolLine
@@ -92,7 +67,13 @@ class BootInfo:
     logged_slots_per_request: int | None = None
     tp_ranks_seen: int = 1
     dp_ranks_seen: int = 1
+    pp_ranks_seen: int = 1
+    # PP stage -> (state pool, KV pool) of that stage's lowest TP rank: each stage holds its own layers' pools
+    stage_pools: dict[int, tuple[StatePoolLine, KVPoolLine]] = field(default_factory=dict)
     server_args: dict[str, object] = field(default_factory=dict)
+    server_args_form: str | None = None  # 'repr' (ServerArgs(...), <= 0.5.17) | 'dict' (0.5.23) | None
+    state_pool_size_from_caps: bool = False  # 0.5.2: the Mamba line has no size; the pool had mrr slots
+    post_capture_kv: bool = False  # the KV pool was re-sized after CUDA-graph capture (0.5.17+)
     boots_in_file: int = 1
     page_size: int = 1
 
@@ -121,155 +102,362 @@ class BootInfo:
         return (self.state_pool.total_gib + self.kv_pool.kv_gib) * GIB
 
 
+# ------------------------------------------------------------------------------------------------ prefix
+
+_RANK_KEYS = {"DP": 0, "PP": 1, "TP": 2}
+_RANK_NAMES = frozenset({"DP", "PP", "TP", "EP", "ATTN_CP", "MOE_DP", "ATTN_DP", "CP", "DCP"})
+_HEAD_LIMIT = 120  # a prefix is `[YYYY-MM-DD HH:MM:SS(.fff) DPn PPn ATTN_CPn MOE_DPn TPn EPn]`
+
+
+def _is_stamp(text: str) -> bool:
+    return (
+        len(text) >= 19
+        and text[4] == "-"
+        and text[7] == "-"
+        and text[10] in " T"
+        and text[13] == ":"
+        and text[16] == ":"
+        and text[:4].isdigit()
+        and text[5:7].isdigit()
+        and text[8:10].isdigit()
+    )
+
+
+def split_prefix(line: str) -> tuple[Rank | None, str]:
+    """(rank, message) of one log line. Rank is None when the line has no SGLang prefix (bench prints,
+    tqdm bars, `[Gloo]` lines); a line that lost its leading `[` is read all the same."""
+    text = line.strip()
+    start = 1 if text.startswith("[") else 0
+    if not _is_stamp(text[start : start + 19]):
+        return None, text
+    close = text.find("]", start + 19, start + _HEAD_LIMIT)
+    if close < 0:
+        return None, text
+    ranks = [0, 0, 0]
+    stamp_end = start + 19
+    if text.startswith(".", stamp_end):
+        stamp_end = text.find(" ", stamp_end, close)
+        stamp_end = close if stamp_end < 0 else stamp_end
+    for token in text[stamp_end:close].split():
+        name = token.rstrip("0123456789")
+        if name not in _RANK_NAMES or name == token:
+            return None, text
+        if name in _RANK_KEYS:
+            ranks[_RANK_KEYS[name]] = int(token[len(name) :])
+    return (ranks[0], ranks[1], ranks[2]), text[close + 1 :].strip()
+
+
+# ------------------------------------------------------------------------------------------------ lines
+
+_KV_MARKERS = ("KV Cache is allocated.", "KV Cache VA upper bound.")
+_POST_KV = "Post-capture KV sizing: KV cache allocated."
+_POST_DRAFT_KV = "Post-capture KV sizing: draft KV cache allocated."
+_HYBRID_HINTS = ("hybrid GDN", "hybrid linear attention", "Mamba", "mamba no_buffer", "GDN kernel")
+_SWA_HINTS = ("Use sliding window memory pool", "#swa token", "SWA KV Cache")
+
+
+def _state_line(message: str) -> StatePoolLine | None:
+    conv = float_after(message, "conv_state size:")
+    ssm = float_after(message, "ssm_state size:")
+    if conv is None or ssm is None:
+        return None
+    size = int_after(message, "max_mamba_cache_size:")
+    return StatePoolLine(
+        max_mamba_cache_size=-1 if size is None else size,
+        conv_gib=conv,
+        ssm_gib=ssm,
+        intermediate_ssm_gib=float_after(message, "intermediate_ssm_state_cache size:") or 0.0,
+        intermediate_conv_gib=float_after(message, "intermediate_conv_window_cache size:") or 0.0,
+    )
+
+
+def _kv_sizes(message: str, at: int) -> float | None:
+    whole = float_after(message, "KV size:", at)
+    if whole is not None:
+        return whole
+    k = float_after(message, "K size:", at)
+    v = float_after(message, "V size:", at)
+    return None if k is None or v is None else k + v
+
+
+def _kv_line(message: str, marker_at: int, upper_bound: bool) -> KVPoolLine | None:
+    tokens = int_after(message, "#tokens:", marker_at)
+    size = _kv_sizes(message, marker_at)
+    if tokens is None or size is None:
+        return None
+    label = message[:marker_at].strip() or None
+    return KVPoolLine(word_after(message, "dtype: ", marker_at), tokens, size, label, upper_bound)
+
+
+@dataclass
+class _Caps:
+    tokens: int
+    mrr: int | None = None
+    chunk: int | None = None
+    ctx: int | None = None
+    avail: float | None = None
+
+
+@dataclass
+class _RankLines:
+    load_begin: float | None = None
+    load_end: tuple[str | None, float | None, float | None] | None = None
+    states: list[StatePoolLine] = field(default_factory=list)
+    kvs: list[KVPoolLine] = field(default_factory=list)
+    post_kv: KVPoolLine | None = None
+    post_draft_kv: KVPoolLine | None = None
+    pool_end: float | None = None
+    caps: _Caps | None = None
+    capped_slots: int | None = None
+
+    def has_pools(self) -> bool:
+        return bool(self.states) and bool(self.kvs or self.post_kv)
+
+
 @dataclass
 class _Boot:
-    lines_by_rank: dict[tuple[int, int], dict[str, list[re.Match[str]]]] = field(default_factory=dict)
+    ranks: dict[Rank, _RankLines] = field(default_factory=dict)
     server_args: dict[str, object] = field(default_factory=dict)
-    complete_markers: int = 0
+    server_args_form: str | None = None
+    swa_seen: bool = False
+    hybrid_hint: bool = False
+    model_class: str | None = None
+    last_line: str | None = None
+    prefixed_lines: int = 0  # lines with an SGLang `[time ranks]` prefix
+    stats_lines: int = 0  # `Decode batch` / `Prefill batch` lines
 
-    def add(self, rank: tuple[int, int], kind: str, match: re.Match[str]) -> None:
-        self.lines_by_rank.setdefault(rank, {}).setdefault(kind, []).append(match)
+    def at(self, rank: Rank) -> _RankLines:
+        lines = self.ranks.get(rank)
+        if lines is None:
+            lines = self.ranks[rank] = _RankLines()
+        return lines
 
-    def has(self, kind: str) -> bool:
-        return any(kind in kinds for kinds in self.lines_by_rank.values())
+    def has_states(self) -> bool:
+        return any(r.states for r in self.ranks.values())
+
+    def has_kv(self) -> bool:
+        return any(r.kvs or r.post_kv for r in self.ranks.values())
+
+    def started(self) -> bool:
+        return bool(self.ranks) or bool(self.server_args) or self.prefixed_lines > 0
 
 
-def _parse_value(raw: str) -> object:
-    raw = raw.strip()
-    if raw[:1] in "'\"":
-        return raw[1:-1]
-    if raw in ("True", "False"):
-        return raw == "True"
-    if raw == "None":
+def _load_end(message: str) -> tuple[str | None, float | None, float | None]:
+    return word_after(message, "type="), float_after(message, "avail mem="), float_after(message, "mem usage=")
+
+
+def _caps(message: str) -> _Caps | None:
+    tokens = int_after(message, "max_total_num_tokens=")
+    if tokens is None:
         return None
-    try:
-        return int(raw)
-    except ValueError:
-        pass
-    try:
-        return float(raw)
-    except ValueError:
-        return raw
+    avail = float_after(message, "available_gpu_mem=")
+    if avail is None:
+        avail = float_after(message, "available_cpu_mem=")
+    return _Caps(
+        tokens,
+        int_after(message, "max_running_requests="),
+        int_after(message, "chunked_prefill_size="),
+        int_after(message, "context_len="),
+        avail,
+    )
 
 
-def _ranks(prefix: str) -> tuple[int, int]:
-    dims = {name: int(num) for name, num in _RANK.findall(prefix)}
-    return dims.get("DP", 0), dims.get("TP", 0)
+def _read_line(boot: _Boot, boots: list[_Boot], rank: Rank | None, message: str) -> _Boot:
+    """Fold one message into the current boot; returns the boot now current (a new one on a restart)."""
+    here = (0, 0, 0) if rank is None else rank
+    if message.startswith("server_args=") or message.find("server_args=", 0, 40) >= 0:
+        fields = parse_server_args(message)
+        if fields is not None:
+            if boot.ranks:
+                boots.append(boot)
+                boot = _Boot()
+            boot.server_args = fields
+            boot.server_args_form = "dict" if "server_args={" in message[:60] else "repr"
+            return boot
+    if message.startswith("Load weight begin."):
+        seen = boot.ranks.get(here)
+        if seen is not None and (seen.states or seen.kvs or seen.caps):
+            boots.append(boot)
+            boot = _Boot()
+        boot.at(here).load_begin = float_after(message, "avail mem=")
+        boot.last_line = "Load weight begin"
+        return boot
+    if message.startswith("Load weight end."):
+        end = boot.at(here).load_end = _load_end(message)
+        boot.model_class = boot.model_class or end[0]
+        boot.last_line = "Load weight end"
+        return boot
+    if message.startswith("Mamba Cache is allocated."):
+        state = _state_line(message)
+        if state is not None:
+            boot.at(here).states.append(state)
+            boot.last_line = "Mamba Cache is allocated"
+        return boot
+    if message.startswith(_POST_DRAFT_KV):
+        boot.at(here).post_draft_kv = _kv_line(message, len(_POST_DRAFT_KV), False)
+        return boot
+    if message.startswith(_POST_KV):
+        boot.at(here).post_kv = _kv_line(message, len(_POST_KV), False)
+        return boot
+    for marker in _KV_MARKERS:
+        at = message.find(marker)
+        if at >= 0:
+            kv = _kv_line(message, at, marker != _KV_MARKERS[0])
+            if kv is not None:
+                boot.at(here).kvs.append(kv)
+                boot.last_line = "KV Cache is allocated"
+                if kv.label is not None and "SWA" in kv.label:
+                    boot.swa_seen = True
+            return boot
+    if message.startswith("Memory pool end."):
+        boot.at(here).pool_end = float_after(message, "avail mem=")
+        return boot
+    if message.startswith("max_total_num_tokens="):
+        caps = _caps(message)
+        if caps is not None:
+            boot.at(here).caps = caps
+            boot.last_line = "max_total_num_tokens="
+        return boot
+    if message.startswith("max_running_requests is capped to ") and "mamba state" in message:
+        boot.at(here).capped_slots = _slots_per_request(message)
+        return boot
+    if rank is not None:
+        boot.prefixed_lines += 1
+        if message.startswith(("Decode batch", "Prefill batch")):
+            boot.stats_lines += 1
+    if not boot.swa_seen and any(hint in message for hint in _SWA_HINTS):
+        boot.swa_seen = True
+    elif not boot.hybrid_hint and any(hint in message for hint in _HYBRID_HINTS):
+        boot.hybrid_hint = True
+    return boot
 
 
-_MATCHERS = (
-    ("load_begin", _LOAD_BEGIN),
-    ("load_end", _LOAD_END),
-    ("mamba", _MAMBA),
-    ("kv", _KV),
-    ("pool_end", _POOL_END),
-    ("caps", _CAPS),
-    ("capped", _CAPPED),
-)
+def _slots_per_request(message: str) -> int | None:
+    """`(max_mamba_cache_size=257, 5 state slots per request)` -> 5."""
+    end = message.find(" state slots per request")
+    if end < 0:
+        return None
+    start = message.rfind(" ", 0, end)
+    digits = message[start + 1 : end]
+    return int(digits) if digits.isdigit() else None
 
 
 def _split_boots(text: str) -> list[_Boot]:
     boots: list[_Boot] = []
-    current = _Boot()
+    boot = _Boot()
     for raw in text.splitlines():
-        m = _PREFIX.match(raw)
-        msg = m.group("msg") if m else raw
-        rank = _ranks(m.group("ranks")) if m else (0, 0)
-        sa = _SERVER_ARGS.search(msg)
-        if sa:
-            if current.lines_by_rank:
-                boots.append(current)
-                current = _Boot()
-            current.server_args = {k: _parse_value(v) for k, v in _ARG.findall(sa.group("body"))}
-            continue
-        for kind, pattern in _MATCHERS:
-            hit = pattern.search(msg)
-            if not hit:
-                continue
-            seen = current.lines_by_rank.get(rank, {})
-            if kind == "load_begin" and ("mamba" in seen or "kv" in seen or "caps" in seen):
-                boots.append(current)
-                current = _Boot()
-            current.add(rank, kind, hit)
-            break
-    if current.lines_by_rank or current.server_args:
-        boots.append(current)
+        rank, message = split_prefix(raw)
+        if message:
+            boot = _read_line(boot, boots, rank, message)
+    if boot.started() or boot.swa_seen or boot.hybrid_hint:
+        boots.append(boot)
     return boots
 
 
+def _refusal(boot: _Boot, source: str) -> str:
+    """One line saying why this boot cannot give the pool sizes."""
+    if not boot.has_states():
+        if boot.swa_seen:
+            return (
+                f"{source}: an SWA-hybrid (sliding-window attention) model: full and SWA KV pools, no Mamba "
+                "state pool, so --mamba-full-memory-ratio does not apply"
+            )
+        if boot.has_kv():
+            if boot.hybrid_hint:
+                return (
+                    f"{source}: no 'Mamba Cache is allocated' line although the log is a hybrid GDN/Mamba model's "
+                    "(an excerpt that starts after the state pool?); pass the whole boot log"
+                )
+            model = f" ({boot.model_class})" if boot.model_class else ""
+            return (
+                f"{source}: no 'Mamba Cache is allocated' line: a plain attention model{model} has no state pool "
+                "(the advisor is for hybrid Mamba/GDN/KDA models)"
+            )
+        if boot.stats_lines and not boot.ranks:
+            return (
+                f"{source}: no boot block, only batch statistics: the log starts after the server booted; pass the "
+                "log from the server's start (its 'Mamba Cache is allocated' and 'KV Cache is allocated' lines)"
+            )
+        last = f" (last boot line: '{boot.last_line}')" if boot.last_line else ""
+        return (
+            f"{source}: the log ends before the memory pools were allocated{last}: was the server still "
+            "starting, or did it crash? (expected 'Mamba Cache is allocated' and 'KV Cache is allocated')"
+        )
+    return (
+        f"{source}: the log ends after the 'Mamba Cache is allocated' line and before 'KV Cache is allocated': "
+        "the server had not finished allocating its pools"
+    )
+
+
 def parse_boot_log(text: str, *, source: str = "boot log") -> BootInfo:
-    """The last complete boot in `text`. Raises InputError naming the missing line."""
+    """The last complete boot in `text`. Raises InputError with one line naming what is missing or why the
+    log cannot be used (an SWA-hybrid or plain attention model, a log that ends before the pools)."""
     boots = _split_boots(text)
     if not boots:
-        raise InputError(f"{source}: no SGLang boot lines found (expected 'Mamba Cache is allocated' and 'KV Cache is allocated')")
-    complete = [b for b in boots if b.has("mamba") and b.has("kv")]
-    if not complete:
-        last = boots[-1]
-        missing = "'Mamba Cache is allocated' line" if not last.has("mamba") else "'KV Cache is allocated' line"
-        hint = " (is this a hybrid Mamba/GDN/KDA model's log?)" if not last.has("mamba") else ""
-        raise InputError(f"{source}: no {missing}{hint}")
-    boot = complete[-1]
-    ranks_with_pools = sorted(r for r, kinds in boot.lines_by_rank.items() if "mamba" in kinds and "kv" in kinds)
-    if not ranks_with_pools:
-        raise InputError(f"{source}: no rank printed both the 'Mamba Cache is allocated' and 'KV Cache is allocated' lines")
-    rank = ranks_with_pools[0]
-    kinds = boot.lines_by_rank[rank]
-
-    def state_line(m: re.Match[str]) -> StatePoolLine:
-        return StatePoolLine(
-            max_mamba_cache_size=int(m.group("size")),
-            conv_gib=float(m.group("conv")),
-            ssm_gib=float(m.group("ssm")),
-            intermediate_ssm_gib=float(m.group("iss") or 0.0),
-            intermediate_conv_gib=float(m.group("icw") or 0.0),
+        raise InputError(
+            f"{source}: no SGLang boot lines found (expected 'Mamba Cache is allocated' and 'KV Cache is allocated')"
         )
-
-    def kv_line(m: re.Match[str]) -> KVPoolLine:
-        if m.group("kv") is not None:
-            size = float(m.group("kv"))
-        else:
-            size = float(m.group("k")) + float(m.group("v"))
-        return KVPoolLine(dtype=m.group("dtype"), tokens=int(m.group("tokens")), kv_gib=size, label=m.group("label"))
-
+    complete = [b for b in boots if any(r.has_pools() for r in b.ranks.values())]
+    if not complete:
+        raise InputError(_refusal(boots[-1], source))
+    boot = complete[-1]
+    with_pools = sorted(r for r, lines in boot.ranks.items() if lines.has_pools())
+    rank = with_pools[0]
+    lines = boot.ranks[rank]
+    kv = lines.post_kv or lines.kvs[0]
     info = BootInfo(
-        state_pool=state_line(kinds["mamba"][0]),
-        kv_pool=kv_line(kinds["kv"][0]),
+        state_pool=lines.states[0],
+        kv_pool=kv,
         server_args=boot.server_args,
+        server_args_form=boot.server_args_form,
+        post_capture_kv=lines.post_kv is not None,
         boots_in_file=len(boots),
     )
-    if len(kinds["mamba"]) > 1:
-        info.draft_state_pool = state_line(kinds["mamba"][1])
-    if len(kinds["kv"]) > 1:
-        info.draft_kv_pool = kv_line(kinds["kv"][1])
-    if "load_begin" in kinds:
-        info.avail_before_weights_gib = float(kinds["load_begin"][0].group("avail"))
-    if "load_end" in kinds:
-        end = kinds["load_end"][0]
-        info.model_class = end.group("type")
-        info.avail_after_weights_gib = float(end.group("avail"))
-        info.weights_gib = float(end.group("usage"))
-    if "pool_end" in kinds:
-        info.memory_pool_end_avail_gib = float(kinds["pool_end"][0].group("avail"))
-    # The caps line and the capped warning are printed by TP0 of each DP replica only.
+    if len(lines.states) > 1:
+        info.draft_state_pool = lines.states[1]
+    if lines.post_draft_kv is not None:
+        info.draft_kv_pool = lines.post_draft_kv
+    elif len(lines.kvs) > 1:
+        info.draft_kv_pool = lines.kvs[1]
+    info.avail_before_weights_gib = lines.load_begin
+    if lines.load_end is not None:
+        info.model_class, info.avail_after_weights_gib, info.weights_gib = lines.load_end
+    info.memory_pool_end_avail_gib = lines.pool_end
+    # The caps line and the capped warning come from TP0 of each DP replica (the last PP stage prints
+    # nothing extra); bench_one_batch prints the caps line bare, with no prefix.
     dp = rank[0]
-    for other_rank in sorted(boot.lines_by_rank):
-        other = boot.lines_by_rank[other_rank]
+    for other_rank in sorted(boot.ranks):
+        other = boot.ranks[other_rank]
         if other_rank[0] != dp:
             continue
-        if "caps" in other and info.max_total_num_tokens is None:
-            caps = other["caps"][-1]
-            info.max_total_num_tokens = int(caps.group("tokens"))
-            info.max_running_requests = int(caps.group("mrr"))
-            info.chunked_prefill_size = int(caps.group("chunk"))
-            info.context_len = int(caps.group("ctx"))
-            info.available_gpu_mem_gib = float(caps.group("avail"))
-        if "capped" in other:
+        if other.caps is not None and info.max_total_num_tokens is None:
+            info.max_total_num_tokens = other.caps.tokens
+            info.max_running_requests = other.caps.mrr
+            info.chunked_prefill_size = other.caps.chunk
+            info.context_len = other.caps.ctx
+            info.available_gpu_mem_gib = other.caps.avail
+        if other.capped_slots is not None:
             info.capped_by_state_pool = True
-            info.logged_slots_per_request = int(other["capped"][-1].group("slots"))
-    info.tp_ranks_seen = len({r[1] for r in boot.lines_by_rank if r[0] == dp})
-    info.dp_ranks_seen = len({r[0] for r in boot.lines_by_rank})
+            info.logged_slots_per_request = other.capped_slots
+    if info.state_pool.max_mamba_cache_size < 0:
+        # SGLang 0.5.2 (memory_pool.py MambaPool) logged no size: its state pool had max_running_requests slots.
+        if info.max_running_requests is None:
+            raise InputError(
+                f"{source}: the 'Mamba Cache is allocated' line has no max_mamba_cache_size (SGLang 0.5.2) and "
+                "no caps line gives max_running_requests, the pool's size in that release"
+            )
+        info.state_pool.max_mamba_cache_size = info.max_running_requests
+        info.state_pool_size_from_caps = True
+    info.tp_ranks_seen = len({r[2] for r in boot.ranks if r[0] == dp})
+    info.dp_ranks_seen = len({r[0] for r in boot.ranks})
+    stages = sorted({r[1] for r in with_pools if r[0] == dp})
+    info.pp_ranks_seen = max(len(stages), 1)
+    for stage in stages:
+        first = min(r for r in with_pools if r[0] == dp and r[1] == stage)
+        stage_lines = boot.ranks[first]
+        info.stage_pools[stage] = (stage_lines.states[0], stage_lines.post_kv or stage_lines.kvs[0])
     page_size = boot.server_args.get("page_size")
-    if isinstance(page_size, int) and page_size > 0:
+    if isinstance(page_size, int) and not isinstance(page_size, bool) and page_size > 0:
         info.page_size = page_size
     return info
 

@@ -22,6 +22,9 @@ def test_seed_boot_log():
     assert boot.memory_pool_end_avail_gib == pytest.approx(31.84)
     assert boot.server_args["mamba_full_memory_ratio"] == 0.9
     assert boot.server_args["kv_cache_dtype"] == "fp8_e4m3"
+    assert boot.server_args_form == "dict"
+    assert boot.server_args["max_running_requests"] is None  # a Python None in the dict, not the text
+    assert boot.server_args["uvicorn_access_log_exclude_prefixes"] == []
     # exact per-slot bytes count the padding slot; the seed's X/N convention is 0.4% higher
     assert boot.constants().token_equiv == pytest.approx(4080, rel=0.005)
     assert boot.rest_bytes / 2**30 == pytest.approx(28.53)
@@ -39,8 +42,10 @@ def test_kv_bound_single_gpu_boot_with_k_and_v_sizes():
 
 def test_last_complete_boot_wins_and_incomplete_is_ignored():
     first = (LOGS / "boot-tp8-default.log").read_text()
+    # 0.5.23 logs server_args as a dict (entrypoints/engine.py _server_args_for_logging)
+    assert "'mamba_full_memory_ratio': 0.9," in first
     second = first.replace("max_mamba_cache_size: 257", "max_mamba_cache_size: 451").replace(
-        "mamba_full_memory_ratio=0.9", "mamba_full_memory_ratio=5.97"
+        "'mamba_full_memory_ratio': 0.9,", "'mamba_full_memory_ratio': 5.97,"
     )
     crashed = "[2026-11-29 11:00:00 TP0] Load weight begin. avail mem=177.53 GB\n"
     boot = parse_boot_log(first + second + crashed)

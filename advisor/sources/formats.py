@@ -1,0 +1,407 @@
+"""Every SGLang log-line format the advisor reads, with the releases that print it, and the linear-time
+helpers both the readers (`bootlog`, `loglines`) and the emulator's writers (`sim.sglang_logs`) use.
+
+One table (`LINE_FORMATS`): a format's `template` is what the emulator writes (`str.format` fields) and its
+`marker` is what the readers look for. No regex here searches with backtracking: fields are found with
+`str.find` / `str.partition`, so a pathological line costs time linear in its length.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+# ------------------------------------------------------------------------------------------------ releases
+
+
+def release_key(release: str) -> tuple[int, ...]:
+    """`0.5.6.post2` -> (0, 5, 6, 2); a dev build (`0.0.0.dev11582`, a 2026 main checkout) sorts after
+    every numbered release."""
+    head, _, post = release.partition(".post")
+    if ".dev" in head or head.startswith("0.0.0"):
+        return (99, 0, 0, 0)
+    parts = [int(p) if p.isdigit() else 0 for p in head.split(".")[:3]]
+    parts += [0] * (3 - len(parts))
+    return (*parts, int(post) if post.isdigit() else 0)
+
+
+@dataclass(frozen=True)
+class LineFormat:
+    """One line SGLang prints, in the releases `first`..`last` (None: open-ended / not checked earlier)."""
+
+    name: str
+    marker: str  # the fixed text a reader dispatches on
+    template: str  # what the emulator writes (str.format fields)
+    first: str | None
+    last: str | None
+    source: str  # the SGLang file that prints it (in the newest release that does)
+    note: str = ""
+
+    def covers(self, release: str) -> bool:
+        key = release_key(release)
+        return (self.first is None or release_key(self.first) <= key) and (
+            self.last is None or key <= release_key(self.last)
+        )
+
+
+# Releases checked by reading the wheels: 0.5.2, 0.5.4, 0.5.6.post2, 0.5.11, 0.5.17, 0.5.23, plus the real logs
+# in tests/fixtures/real/ (0.5.2 … a 2026 dev build). Boundaries between two checked releases are stated as
+# the later one checked, and docs/sglang-releases.md says so.
+LINE_FORMATS: tuple[LineFormat, ...] = (
+    LineFormat(
+        "server_args_repr",
+        "server_args=ServerArgs(",
+        "server_args=ServerArgs({body})",
+        None,
+        "0.5.17",
+        "entrypoints/engine.py (logger.info(f'{server_args=}'))",
+        "dataclass repr: name=repr(value), ...",
+    ),
+    LineFormat(
+        "server_args_dict",
+        "server_args={",
+        "server_args={body}",
+        "0.5.23",
+        None,
+        "entrypoints/engine.py (_server_args_for_logging -> ServerArgs.resolved_dict())",
+        "a Python dict repr: None/True/False, nested dicts and lists",
+    ),
+    LineFormat(
+        "load_weight_begin",
+        "Load weight begin.",
+        "Load weight begin. avail mem={avail:.2f} GB",
+        None,
+        None,
+        "model_executor/model_runner.py",
+    ),
+    LineFormat(
+        "load_weight_end",
+        "Load weight end.",
+        "Load weight end. {elapsed}type={model_class}, {quant}avail mem={avail:.2f} GB, mem usage={usage:.2f} GB.",
+        None,
+        None,
+        "model_executor/model_runner.py",
+        "`elapsed=… s, ` and `quant=…, bits=…, ` appear in later releases; 0.5.2 printed `dtype=…` too",
+    ),
+    LineFormat(
+        "mamba_pool_unsized",
+        "Mamba Cache is allocated.",
+        "Mamba Cache is allocated. conv_state size: {conv:.2f}GB, ssm_state size: {ssm:.2f}GB ",
+        None,
+        "0.5.2",
+        "mem_cache/memory_pool.py (MambaPool)",
+        "no max_mamba_cache_size: the state pool had max_running_requests slots",
+    ),
+    LineFormat(
+        "mamba_pool",
+        "Mamba Cache is allocated.",
+        "Mamba Cache is allocated. max_mamba_cache_size: {size}, conv_state size: {conv:.2f}GB, "
+        "ssm_state size: {ssm:.2f}GB {intermediate}",
+        "0.5.4",
+        None,
+        "mem_cache/memory_pool.py (MambaPool)",
+        "trailing space; speculative decoding adds `intermediate_ssm_state_cache size: …GB "
+        "intermediate_conv_window_cache size: …GB ` without commas",
+    ),
+    LineFormat(
+        "kv_pool_plain",
+        "KV Cache is allocated.",
+        "{label}KV Cache is allocated. #tokens: {tokens}, {sizes}",
+        None,
+        "0.5.17",
+        "mem_cache/memory_pool.py (KVCache._finalize_allocation_log)",
+        "no dtype; sizes: `K size: x GB, V size: y GB` or `KV size: z GB`",
+    ),
+    LineFormat(
+        "kv_pool_dtype",
+        "KV Cache is allocated.",
+        "{label}KV Cache is allocated. dtype: {dtype}, #tokens: {tokens}, {sizes}",
+        "0.5.23",
+        None,
+        "mem_cache/memory_pool.py (KVCache._finalize_allocation_log)",
+        "`KV Cache VA upper bound.` instead of `is allocated.` under post-capture sizing; an optional "
+        "allocation label (which may hold spaces) precedes `KV Cache`",
+    ),
+    LineFormat(
+        "kv_post_capture",
+        "Post-capture KV sizing: KV cache allocated.",
+        "Post-capture KV sizing: KV cache allocated. dtype: {dtype}, #tokens: {tokens}, KV size: {kv:.2f} GB, "
+        "avail mem={avail:.2f} GB",
+        "0.5.23",
+        None,
+        "model_executor/model_runner_components/kv_pool_runtime.py",
+        "the KV pool as resized after CUDA-graph capture; supersedes the `VA upper bound` line",
+    ),
+    LineFormat(
+        "kv_post_capture_draft",
+        "Post-capture KV sizing: draft KV cache allocated.",
+        "Post-capture KV sizing: draft KV cache allocated. dtype: {dtype}, #tokens: {tokens}, KV size: {kv:.2f} GB",
+        "0.5.23",
+        None,
+        "model_executor/model_runner_components/kv_pool_runtime.py",
+    ),
+    LineFormat(
+        "swa_pool",
+        "Use sliding window memory pool",
+        "Use sliding window memory pool. full_layer_tokens={full}, swa_layer_tokens={swa}",
+        None,
+        None,
+        "model_executor/pool_configurator.py",
+        "an SWA-hybrid attention model (full + sliding-window KV pools), not a Mamba hybrid",
+    ),
+    LineFormat(
+        "memory_pool_end",
+        "Memory pool end.",
+        "Memory pool end. avail mem={avail:.2f} GB",
+        None,
+        None,
+        "model_executor/model_runner.py",
+    ),
+    LineFormat(
+        "capped_by_state_pool",
+        "max_running_requests is capped to ",
+        "max_running_requests is capped to {cap} by the mamba state cache (max_mamba_cache_size={size}, "
+        "{slots} state slots per request). To raise it: increase --mamba-full-memory-ratio or "
+        "--max-mamba-cache-size, or halve the state size with --mamba-ssm-dtype bfloat16.",
+        "0.5.23",
+        None,
+        "mem_cache/kv_cache_configurator.py",
+        "earlier releases clamp silently (real 0.5.11 and 2026-04 logs show the clamp only in the caps line)",
+    ),
+    LineFormat(
+        "caps",
+        "max_total_num_tokens=",
+        "max_total_num_tokens={tokens}, chunked_prefill_size={chunk}, max_prefill_tokens={prefill}, "
+        "max_running_requests={mrr}, context_len={ctx}, available_gpu_mem={avail:.2f} GB",
+        None,
+        None,
+        "managers/scheduler.py (TP0 of each DP replica)",
+        "`available_cpu_mem` on CPU",
+    ),
+    LineFormat(
+        "caps_bench_one_batch",
+        "max_total_num_tokens=",
+        "max_total_num_tokens={tokens}",
+        None,
+        None,
+        "bench_one_batch.py (print, no prefix)",
+    ),
+    LineFormat(
+        "decode_hybrid",
+        "Decode batch",
+        "Decode batch, #running-req: {running}, #full token: {used}, full token usage: {usage:.2f}, "
+        "mamba num: {mamba}, mamba usage: {mamba_usage:.2f}, {spec}cuda graph: {graph}, "
+        "gen throughput (token/s): {throughput:.2f}, #queue-req: {queued}",
+        "0.5.4",
+        None,
+        "managers/scheduler_components/metrics_reporter.py",
+        "`accept len: …, accept rate: …, ` with speculative decoding",
+    ),
+    LineFormat(
+        "decode_swa",
+        "Decode batch",
+        "Decode batch, #running-req: {running}, #full token: {used}, full token usage: {usage:.2f}, "
+        "#swa token: {swa}, swa token usage: {swa_usage:.2f}, cuda graph: {graph}, "
+        "gen throughput (token/s): {throughput:.2f}, #queue-req: {queued}",
+        None,
+        None,
+        "managers/scheduler_components/metrics_reporter.py",
+        "SWA-hybrid attention, no Mamba pool",
+    ),
+    LineFormat(
+        "decode_plain",
+        "Decode batch",
+        "Decode batch. #running-req: {running}, #token: {used}, token usage: {usage:.2f}, cuda graph: {graph}, "
+        "gen throughput (token/s): {throughput:.2f}, #queue-req: {queued}, ",
+        None,
+        None,
+        "managers/scheduler_metrics_mixin.py",
+        "0.5.2 wrote `Decode batch.` with a trailing `, `; hybrid models then had no mamba fields",
+    ),
+)
+
+FORMATS_BY_NAME = {f.name: f for f in LINE_FORMATS}
+
+
+def line_format(name: str) -> LineFormat:
+    return FORMATS_BY_NAME[name]
+
+
+def formats_for(release: str) -> list[LineFormat]:
+    """The line formats a given release prints."""
+    return [f for f in LINE_FORMATS if f.covers(release)]
+
+
+# Log eras the emulator writes (version profile -> how its boot block reads).
+@dataclass(frozen=True)
+class LogEra:
+    server_args: str  # 'repr' | 'dict'
+    kv_dtype: bool  # the KV line carries `dtype:`
+    capped_warning: bool  # the `max_running_requests is capped to …` warning exists
+
+
+def log_era(release: str) -> LogEra:
+    new = release_key(release) >= release_key("0.5.23")
+    return LogEra(server_args="dict" if new else "repr", kv_dtype=new, capped_warning=new)
+
+
+# ------------------------------------------------------------------------------------------------ fields
+
+_NUMBER_CHARS = frozenset("0123456789.-+eE")
+
+
+def number_after(text: str, key: str, start: int = 0) -> str | None:
+    """The number that follows the first `key` at or after `start` (spaces skipped), as text; None if the
+    key is absent or no digits follow. Linear: one find, one forward scan."""
+    at = text.find(key, start)
+    if at < 0:
+        return None
+    i = at + len(key)
+    n = len(text)
+    while i < n and text[i] == " ":
+        i += 1
+    j = i
+    while j < n and text[j] in _NUMBER_CHARS:
+        j += 1
+    if j == i or not any(c.isdigit() for c in text[i:j]):
+        return None
+    return text[i:j]
+
+
+def int_after(text: str, key: str, start: int = 0) -> int | None:
+    raw = number_after(text, key, start)
+    if raw is None:
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        return None
+
+
+def float_after(text: str, key: str, start: int = 0) -> float | None:
+    raw = number_after(text, key, start)
+    if raw is None:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        return None
+    return value if value == value and abs(value) != float("inf") else None
+
+
+def word_after(text: str, key: str, start: int = 0) -> str | None:
+    """The text after `key` up to the next `,` or space."""
+    at = text.find(key, start)
+    if at < 0:
+        return None
+    i = at + len(key)
+    end = i
+    n = len(text)
+    while end < n and text[end] not in ", ":
+        end += 1
+    return text[i:end] or None
+
+
+# ------------------------------------------------------------------------------------------------ server_args
+
+# An 18 KB dict is what 0.5.23 logs; anything far larger is not a server_args line we can trust, and is
+# read item by item instead of handed whole to the Python parser.
+_LITERAL_LIMIT = 256 * 1024
+_VALUE_LIMIT = 16 * 1024
+_OPENERS = {"(": ")", "[": "]", "{": "}"}
+
+
+def _safe_literal(text: str) -> object:
+    """ast.literal_eval (never eval) with a size guard; raises ValueError on anything it cannot read."""
+    if len(text) > _LITERAL_LIMIT:
+        raise ValueError("too large")
+    try:
+        return ast.literal_eval(text)
+    except (SyntaxError, TypeError, MemoryError, RecursionError) as exc:
+        raise ValueError(str(exc)) from None
+
+
+def _top_level_items(body: str) -> list[str]:
+    """Split `body` at commas outside quotes and brackets. One pass over the characters."""
+    items: list[str] = []
+    depth: list[str] = []
+    quote = ""
+    start = 0
+    i = 0
+    n = len(body)
+    while i < n:
+        c = body[i]
+        if quote:
+            if c == "\\":
+                i += 2
+                continue
+            if c == quote:
+                quote = ""
+        elif c in "'\"":
+            quote = c
+        elif c in _OPENERS:
+            depth.append(_OPENERS[c])
+        elif depth and c == depth[-1]:
+            depth.pop()
+        elif c == "," and not depth:
+            items.append(body[start:i])
+            start = i + 1
+        i += 1
+    items.append(body[start:])
+    return items
+
+
+def _value(raw: str) -> object:
+    raw = raw.strip()
+    if len(raw) > _VALUE_LIMIT:
+        return raw
+    try:
+        return _safe_literal(raw)
+    except ValueError:
+        return raw  # a repr that is not a literal (an enum, a function): keep its text
+
+
+def parse_server_args(message: str) -> dict[str, object] | None:
+    """The fields of a `server_args=ServerArgs(...)` (up to 0.5.17 at least) or `server_args={...}` (0.5.23)
+    message; None when the message is neither. Values are Python literals where they are literals, their
+    text otherwise. Never evaluates code."""
+    at = message.find("server_args=")
+    if at < 0:
+        return None
+    body = message[at + len("server_args=") :].rstrip()
+    if body.startswith("{"):
+        try:
+            whole = _safe_literal(body)
+        except ValueError:
+            whole = None
+        if isinstance(whole, dict):
+            return {str(k): v for k, v in whole.items()}
+        inner = body[1:-1] if body.endswith("}") else body[1:]
+        out: dict[str, object] = {}
+        for item in _top_level_items(inner):
+            key, sep, value = item.partition(":")
+            key = key.strip()
+            if sep and len(key) >= 2 and key[0] == key[-1] and key[0] in "'\"":
+                out[key[1:-1]] = _value(value)
+        return out
+    if body.startswith("ServerArgs("):
+        inner = body[len("ServerArgs(") :]
+        inner = inner[:-1] if inner.endswith(")") else inner
+        out = {}
+        for item in _top_level_items(inner):
+            key, sep, value = item.partition("=")
+            key = key.strip()
+            if sep and key.isidentifier():
+                out[key] = _value(value)
+        return out
+    return None
+
+
+def server_args_repr(fields: dict[str, object]) -> str:
+    """The 0.5.17-and-earlier form: `ServerArgs(name=repr(value), ...)`."""
+    return "ServerArgs(" + ", ".join(f"{k}={v!r}" for k, v in fields.items()) + ")"
+
+
+def server_args_dict(fields: dict[str, object]) -> str:
+    """The 0.5.23 form: the dict's Python repr."""
+    return repr(dict(fields))
