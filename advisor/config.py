@@ -17,6 +17,7 @@ import yaml
 
 from advisor.errors import InputError
 from advisor.recommend.engine import RecommenderSettings
+from advisor.store_config import StoreTargetConfig, store_target_from_dict
 
 ENV_PREFIX = "POOL_ADVISOR_"
 
@@ -37,6 +38,7 @@ class TargetConfig:
 @dataclass(frozen=True)
 class AdvisorConfig:
     targets: tuple[TargetConfig, ...]
+    store_targets: tuple[StoreTargetConfig, ...] = ()  # `kind: prometheus` targets (advisor.store_config)
     interval_seconds: float = 15.0
     listen: str = "127.0.0.1:9415"
     checkpoint_path: str | None = None
@@ -127,11 +129,14 @@ def config_from_dict(data: dict[str, Any], env: Mapping[str, str] | None = None)
     if not isinstance(raw_targets, list):
         raise InputError("field 'targets' must be a list")
     environment = os.environ if env is None else env
-    targets = tuple(_target(t, i, environment) for i, t in enumerate(raw_targets))
+    store_targets = tuple(store_target_from_dict(t, f"targets[{i}]", environment) for i, t in enumerate(raw_targets)
+                          if isinstance(t, dict) and t.get("kind") == "prometheus")
+    targets = tuple(_target(t, i, environment) for i, t in enumerate(raw_targets)
+                    if not (isinstance(t, dict) and t.get("kind") == "prometheus"))
     names = [t.name for t in targets]
     if len(set(names)) != len(names):
         raise InputError(f"field 'targets': duplicate target name in {names}")
-    values: dict[str, Any] = {"targets": targets}
+    values: dict[str, Any] = {"targets": targets, "store_targets": store_targets}
     for key in ("interval_seconds", "half_life_seconds", "timeout_seconds", "time_scale"):
         if key in data:
             values[key] = _number(data[key], key)
@@ -193,7 +198,7 @@ def build_config(path: str | Path | None, env: dict[str, str], overrides: dict[s
     if extra_urls:
         data["targets"] = [*(data.get("targets") or []), *({"url": u} for u in extra_urls)]
     config = config_from_dict(data, env)
-    if not config.targets:
+    if not config.targets and not config.store_targets:
         raise InputError("no targets: give --target URL or a config file with 'targets'")
     return config
 
