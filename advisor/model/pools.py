@@ -3,7 +3,8 @@
 Pure functions over plain numbers. The split follows SGLang 0.5.23
 `mem_cache/kv_cache_configurator.py` (`_handle_max_mamba_cache`, `resolve_max_num_reqs`):
 state budget `rest * r / (1 + r)`, one padding slot per pool, the joint solve for speculative
-intermediate state, `max_running_requests <= max_mamba_cache_size // S`.
+intermediate state, `max_running_requests <= max_mamba_cache_size // S`, ReplaySSM rings, and
+`model_executor/pool_configurator.py` (`DefaultPoolConfigurator`) for the per-token KV cell.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from advisor.model.serving import (
     ServingConfig,
     effective_draft_tokens,
+    replayssm_active,
     slots_per_request,
     spec_enabled,
 )
@@ -30,20 +32,42 @@ SPEC_DEFAULT_MAX_RUNNING_REQUESTS = 48
 
 @dataclass(frozen=True)
 class ByteConstants:
-    """Per-GPU bytes of one state slot and of one KV token (full-attention layers only)."""
+    """Per-GPU bytes of one state slot and of one physical KV token row (full-attention layers only).
+
+    Under DCP `kv_bytes_per_token` is per physical row (KV heads `max(1, H // (tp // dcp))`); SGLang's
+    logical token counts are rows x dcp.
+    """
 
     state_bytes_per_slot: float
     kv_bytes_per_token: float
-    # Un-sharded draft-model KV per token (spec + DCP direct solve); 0 when not applicable.
+    # The draft model's KV per physical row, charged inside the same per-token cell under EAGLE/MTP
+    # (pool_configurator.py `DefaultPoolConfigurator.__init__`: cell += cell * draft_layers / layers);
+    # 0 without a draft model.
     draft_kv_bytes_per_token: float = 0.0
+    # ReplaySSM spec-verify ring bytes for one request (`replayssm_ring_bytes_per_req`), 0 when off.
+    replayssm_ring_bytes_per_request: float = 0.0
 
     def __post_init__(self) -> None:
         if not (self.state_bytes_per_slot > 0 and self.kv_bytes_per_token > 0):
             raise ValueError("state_bytes_per_slot and kv_bytes_per_token must both be > 0")
+        if self.draft_kv_bytes_per_token < 0 or self.replayssm_ring_bytes_per_request < 0:
+            raise ValueError("draft_kv_bytes_per_token and replayssm_ring_bytes_per_request must be >= 0")
 
     @property
     def token_equiv(self) -> float:
         return self.state_bytes_per_slot / self.kv_bytes_per_token
+
+
+def kv_cell_bytes(config: ServingConfig, constants: ByteConstants) -> float:
+    """Bytes one physical KV row costs the budget: the target's KV plus, with spec on, the draft's."""
+    if spec_enabled(config):
+        return constants.kv_bytes_per_token + constants.draft_kv_bytes_per_token
+    return constants.kv_bytes_per_token
+
+
+def cell_token_equiv(config: ServingConfig, constants: ByteConstants) -> float:
+    """token_equiv against the whole per-token cell (draft KV included under spec)."""
+    return constants.state_bytes_per_slot / kv_cell_bytes(config, constants)
 
 
 def optimal_ratio(
@@ -60,15 +84,14 @@ def optimal_ratio(
 
 
 def optimal_ratio_for(config: ServingConfig, constants: ByteConstants, context_length: float) -> float:
-    """r* for a serving config; with spec under DCP, the direct solve with an un-sharded draft KV."""
+    """r* for a serving config, token_equiv taken against the whole KV cell SGLang 0.5.23 sizes with.
+
+    The draft's KV sits in the same physical-row cell as the target's (pool_configurator.py
+    `DefaultPoolConfigurator.__init__`), so a logical token costs cell / dcp and the clean x dcp holds.
+    """
     slots = slots_per_request(config)
     draft = effective_draft_tokens(config)
-    if config.dcp_size > 1 and draft > 0 and constants.draft_kv_bytes_per_token > 0:
-        kv_bytes_per_request = context_length * (
-            constants.kv_bytes_per_token / config.dcp_size + constants.draft_kv_bytes_per_token
-        )
-        return (slots + draft) * constants.state_bytes_per_slot / kv_bytes_per_request
-    return optimal_ratio(context_length, constants.token_equiv, slots, draft, config.dcp_size)
+    return optimal_ratio(context_length, cell_token_equiv(config, constants), slots, draft, config.dcp_size)
 
 
 @dataclass(frozen=True)
@@ -86,6 +109,7 @@ class PoolSplit:
 
 
 def _requested_cap(config: ServingConfig) -> int | None:
+    """`max_running_requests // attn_dp` as SGLang sees it, the spec hook's default of 48 included."""
     if config.max_running_requests is not None:
         return max(1, config.max_running_requests // config.attn_dp_size)
     if spec_enabled(config) and config.draft_tokens > 0:
@@ -101,17 +125,32 @@ def split_pools(
     replayssm_fixed_bytes: float = 0.0,
     model_context_len: int = 262144,
 ) -> PoolSplit:
-    """Split `rest` (per-GPU bytes for both pools) exactly as SGLang 0.5.23 does.
+    """Split `rest` (per-GPU bytes for both pools) exactly as SGLang 0.5.23 does
+    (kv_cache_configurator.py `_handle_max_mamba_cache`, lines 3229-3409).
 
-    Uses `config.max_mamba_cache_size` when pinned, else `config.mamba_full_memory_ratio`.
+    Uses `config.max_mamba_cache_size` when pinned; with `--disable-radix-cache` and
+    `--max-running-requests`, one slot per request (`mrr // attn_dp`) and no ratio split; else
+    `config.mamba_full_memory_ratio`. `constants.state_bytes_per_slot` is the charged per-stage share
+    under PP (`state_shapes.pp_charged_share`). ReplaySSM (GDN/KDA) rings: GDN's is fixed request scratch
+    for `mrr // attn_dp + 1` requests, KDA's rides on every slot. `replayssm_fixed_bytes` adds a fixed
+    amount on top (kept for callers that measured it).
     """
     if rest_bytes <= 0:
         raise ValueError(f"rest must be > 0 bytes, got {rest_bytes}")
     per_slot = constants.state_bytes_per_slot
     slots = slots_per_request(config)
     draft = config.draft_tokens if spec_enabled(config) else 0
-    reserves_spec_state = draft > 0 and not config.replayssm
+    replay = replayssm_active(config)
+    reserves_spec_state = draft > 0 and not replay
     requested = _requested_cap(config)
+    ring_fixed = float(replayssm_fixed_bytes)
+    ring_per_slot = 0.0
+    if replay and constants.replayssm_ring_bytes_per_request > 0:
+        if config.linear_family == "kda":
+            ring_per_slot = constants.replayssm_ring_bytes_per_request
+        else:
+            ring_fixed += constants.replayssm_ring_bytes_per_request * ((requested or 1) + 1)
+    slot_bytes = per_slot + ring_per_slot
     remaining = float(rest_bytes)
     intermediate = 0.0
     ratio: float | None
@@ -122,20 +161,27 @@ def split_pools(
         if reserves_spec_state:
             capped = min(requested or 1, cache_size // slots)
             intermediate = per_slot * (capped + 1) * draft
+    elif config.disable_radix_cache and config.max_running_requests is not None:
+        ratio = None
+        cache_size = max(1, config.max_running_requests // config.attn_dp_size)
+        if reserves_spec_state:
+            intermediate = per_slot * (cache_size + 1) * draft
     else:
         ratio = config.mamba_full_memory_ratio
         budget = rest_bytes * ratio / (1 + ratio)
         if reserves_spec_state:
-            cache_size = int((budget - per_slot * (1 + draft)) // (per_slot * (1 + draft / slots)))
+            cache_size = int(
+                (budget - per_slot * (1 + draft) - ring_per_slot) // (per_slot * (1 + draft / slots) + ring_per_slot)
+            )
             capped = min(requested or 1, max(cache_size, 0) // slots)
             intermediate = per_slot * (capped + 1) * draft
         else:
-            cache_size = int((budget - replayssm_fixed_bytes - per_slot) // per_slot)
+            cache_size = int((budget - ring_fixed - slot_bytes) // slot_bytes)
     cache_size = max(cache_size, 0)
     remaining -= intermediate
-    state_bytes = (cache_size + 1) * per_slot + replayssm_fixed_bytes
+    state_bytes = (cache_size + 1) * slot_bytes + ring_fixed
     kv_bytes = max(remaining - state_bytes, 0.0)
-    kv_tokens = int(kv_bytes // constants.kv_bytes_per_token)
+    kv_tokens = int(kv_bytes // kv_cell_bytes(config, constants))
     kv_tokens -= kv_tokens % config.page_size
 
     # resolve_max_num_reqs: a token-derived estimate (2048..4096) or the user's value,
@@ -174,12 +220,10 @@ def binding_pool(state_clamp: float, kv_capacity: float, tolerance: float = BALA
 def balanced_concurrency(
     rest_bytes: float, config: ServingConfig, constants: ByteConstants, context_length: float
 ) -> float:
-    """Requests per DP worker at the balance point: rest / ((S+D)*state + L*kv/dcp [+ L*draft_kv])."""
+    """Requests per DP worker at the balance point: rest / ((S+D)*state + L*cell/dcp)."""
     slots = slots_per_request(config)
     draft = effective_draft_tokens(config)
-    kv_per_request = context_length * constants.kv_bytes_per_token / config.dcp_size
-    if draft > 0 and config.dcp_size > 1:
-        kv_per_request += context_length * constants.draft_kv_bytes_per_token
+    kv_per_request = context_length * kv_cell_bytes(config, constants) / config.dcp_size
     return rest_bytes / ((slots + draft) * constants.state_bytes_per_slot + kv_per_request)
 
 

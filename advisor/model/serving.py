@@ -2,7 +2,9 @@
 
 Pure data plus the rules that turn flags into S (state slots per running request) and D
 (draft tokens charged per request). Mirrors SGLang 0.5.23 `mem_cache/kv_cache_configurator.py`
-(`_calculate_mamba_ratio`) and `arg_groups/overrides.py` (`_mamba_radix_cache_resolution`).
+(`_calculate_mamba_ratio`, `_handle_max_mamba_cache`), `arg_groups/overrides.py`
+(`_mamba_radix_cache_resolution`, `_MAMBA_EXTRA_BUFFER_ARCHS`) and `arg_groups/pipeline.py` (the order
+in which the strategy and the PP overlap rule resolve).
 """
 
 from __future__ import annotations
@@ -16,6 +18,60 @@ STRATEGIES = ("auto", "no_buffer", "extra_buffer", "extra_buffer_lazy")
 BASE_SLOTS_PER_REQUEST = 3
 BASE_DROP_ON_SKIP_DECODE_LOCK = 1
 NO_BUFFER_SLOT_ADDED_BACK_ON_SKIP = 1
+
+# Where the decode-lock-skip flag (SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK) came from. SGLang only shows its
+# environment in /server_info when started with SGLANG_EXPOSE_OWN_ENV_VARS=1
+# (managers/scheduler_components/internal_state.py `_add_env_vars`), so on a default server it is assumed.
+SKIP_SOURCE_ASSUMED = "assumed"  # not visible: assumed off (SGLang's default)
+SKIP_SOURCE_ENV_VARS = "env_vars"  # read from /server_info's env_vars
+SKIP_SOURCE_CONFIG = "config"  # set by the operator (advisor config), wins over the rest
+SKIP_SOURCES = (SKIP_SOURCE_ASSUMED, SKIP_SOURCE_ENV_VARS, SKIP_SOURCE_CONFIG)
+
+# Architectures with the extra track buffer (SGLang 0.5.23 arg_groups/overrides.py:401-436,
+# `_MAMBA_EXTRA_BUFFER_ARCHS`); only on the triton linear-attention backend
+# (`supports_mamba_cache_extra_buffer`). LFM2 (short conv) is not among them: auto -> no_buffer.
+EXTRA_BUFFER_ARCHITECTURES = frozenset(
+    {
+        "KimiLinearForCausalLM",
+        "KimiK3ForConditionalGeneration",
+        "Qwen3_5ForConditionalGeneration",
+        "Qwen3_5MoeForConditionalGeneration",
+        "Qwen3_5MoeForCausalLM",
+        "Qwen3_5ForCausalLM",
+        "Qwen3NextForCausalLM",
+        "Qwen4ExpForConditionalGeneration",
+        "InternS2PreviewForConditionalGeneration",
+        "MiniCPMV4_6ForConditionalGeneration",
+        "MiniCPMV4_7ForConditionalGeneration",
+        "BailingMoeV2_5ForCausalLM",
+        "BailingMoeV3ForCausalLM",
+        "BailingMoeV3VLForConditionalGeneration",
+        "FalconH1ForCausalLM",
+        "GraniteMoeHybridForCausalLM",
+        "Glm5NextForConditionalGeneration",
+        "NemotronHForCausalLM",
+        "NemotronHPuzzleForCausalLM",
+        "NemotronH_Omni_Reasoning_V3",
+        "InklingForConditionalGeneration",
+        "InklingForConditionalGenerationMTP",
+    }
+)
+# Families whose ReplaySSM spec-verify is active (kv_cache_configurator.py `_handle_max_mamba_cache`:
+# `enable_linear_replayssm_spec and (hybrid_gdn_config or hybrid_kda_config)`). Elsewhere the flag is inert.
+REPLAYSSM_FAMILIES = frozenset({"gdn", "kda"})
+
+
+def extra_buffer_capable(architecture: str | None, linear_attn_backend: str | None = "triton") -> bool:
+    """Whether `auto` may pick extra_buffer for this model (`supports_mamba_cache_extra_buffer`).
+
+    An unknown architecture counts as capable (the common hybrids all are); a non-triton
+    linear-attention backend never is.
+    """
+    if linear_attn_backend is not None and linear_attn_backend != "triton":
+        return False
+    if architecture is None:
+        return True
+    return architecture in EXTRA_BUFFER_ARCHITECTURES
 
 
 class ConfigError(ValueError):
@@ -36,6 +92,8 @@ class ServingConfig:
     dcp_size: int = 1
     page_size: int = 1
     skip_decode_lock: bool = False
+    # Where skip_decode_lock came from (SKIP_SOURCES); "assumed" means SGLang did not show it.
+    skip_decode_lock_source: str = SKIP_SOURCE_ASSUMED
     speculative_algorithm: str | None = None
     draft_tokens: int = 0
     replayssm: bool = False
@@ -49,6 +107,9 @@ class ServingConfig:
     # Whether the model/platform supports the extra track buffer (triton linear-attn backend
     # on a supported architecture); only used to resolve strategy "auto".
     supports_extra_buffer: bool = True
+    # The linear-attention family ("gdn", "kda", "mamba2", "mamba1", "shortconv"), when known: ReplaySSM
+    # spec-verify only acts on GDN and KDA, and only KDA keeps its ring per slot.
+    linear_family: str | None = None
     extras: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
@@ -59,11 +120,19 @@ class ServingConfig:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.draft_tokens < 0:
             raise ConfigError(f"draft_tokens must be >= 0, got {self.draft_tokens}")
+        if self.skip_decode_lock_source not in SKIP_SOURCES:
+            raise ConfigError(
+                f"skip_decode_lock_source must be one of {', '.join(SKIP_SOURCES)}, got {self.skip_decode_lock_source!r}"
+            )
         if not self.mamba_full_memory_ratio > 0:
             raise ConfigError(f"mamba_full_memory_ratio must be > 0, got {self.mamba_full_memory_ratio}")
 
     def with_ratio(self, ratio: float) -> ServingConfig:
         return replace(self, mamba_full_memory_ratio=ratio, max_mamba_cache_size=None)
+
+    def with_skip_decode_lock(self, skip: bool) -> ServingConfig:
+        """The operator's word on SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK (the daemon config key); wins over all."""
+        return replace(self, skip_decode_lock=skip, skip_decode_lock_source=SKIP_SOURCE_CONFIG)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -77,12 +146,17 @@ def overlap_enabled(config: ServingConfig) -> bool:
 
 
 def resolve_strategy(config: ServingConfig) -> str:
-    """The strategy SGLang 0.5.23 actually runs. 'none' when the radix cache is off."""
+    """The strategy SGLang 0.5.23 actually runs. 'none' when the radix cache is off.
+
+    `auto` resolves in `_mamba_radix_cache_resolution` (arg_groups/overrides.py:477-486), called from
+    `handle_model_specific_adjustments` (arg_groups/pipeline.py:225) BEFORE `_pipeline_parallel_overlap_disable`
+    (pipeline.py:302) turns overlap off for pp_size > 1: so PP alone still resolves to extra_buffer.
+    """
     if config.disable_radix_cache:
         return "none"
     if config.strategy != "auto":
         return config.strategy
-    wants_overlap = overlap_enabled(config)
+    wants_overlap = not config.disable_overlap_schedule
     wants_paging = config.page_size > 1
     if (wants_overlap or wants_paging) and config.supports_extra_buffer:
         return "extra_buffer"
@@ -108,12 +182,47 @@ def slots_per_request(config: ServingConfig) -> int:
     return base + tracking
 
 
+@dataclass(frozen=True)
+class SlotsAssumption:
+    """S with the decode-lock-skip assumption behind it spelled out, and S had the assumption gone the other way."""
+
+    slots: int
+    skip_decode_lock: bool
+    source: str  # SKIP_SOURCES
+    slots_if_other: int
+    reason: str
+
+
+def slots_assumption(config: ServingConfig) -> SlotsAssumption:
+    """Which S the model uses and why: the skip flag is invisible on a default SGLang server."""
+    slots = slots_per_request(config)
+    other = slots_per_request(replace(config, skip_decode_lock=not config.skip_decode_lock))
+    state = "on" if config.skip_decode_lock else "off"
+    if config.skip_decode_lock_source == SKIP_SOURCE_CONFIG:
+        reason = f"SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK {state} per the advisor config: S = {slots}"
+    elif config.skip_decode_lock_source == SKIP_SOURCE_ENV_VARS:
+        reason = f"SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK {state} per /server_info env_vars: S = {slots}"
+    else:
+        reason = (
+            f"SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK assumed {state} (not visible without SGLANG_EXPOSE_OWN_ENV_VARS=1): "
+            f"S = {slots}, or {other} if the server sets it; set it in the advisor config to be sure"
+        )
+    return SlotsAssumption(slots, config.skip_decode_lock, config.skip_decode_lock_source, other, reason)
+
+
+def replayssm_active(config: ServingConfig) -> bool:
+    """ReplaySSM spec-verify takes effect: the flag, spec on, and a GDN/KDA model (or an unknown family)."""
+    if not (config.replayssm and spec_enabled(config)):
+        return False
+    return config.linear_family is None or config.linear_family in REPLAYSSM_FAMILIES
+
+
 def spec_enabled(config: ServingConfig) -> bool:
     return config.draft_tokens > 0 or bool(config.speculative_algorithm)
 
 
 def effective_draft_tokens(config: ServingConfig) -> int:
-    """D: draft tokens charged per running request; 0 without spec and 0 under ReplaySSM."""
-    if config.replayssm:
+    """D: draft tokens charged per running request; 0 without spec and 0 under an active ReplaySSM."""
+    if replayssm_active(config):
         return 0
     return config.draft_tokens if spec_enabled(config) else 0

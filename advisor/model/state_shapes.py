@@ -40,10 +40,16 @@ class ModelBytes:
     ssm_dtype: str = DEFAULT_SSM_DTYPE
     conv_dtype: str = "bfloat16"
     kv_dtype_bytes: int = 2
+    dcp_size: int = 1
+    pp_size: int = 1
+    # Under PP, the share of all state layers each stage is charged for (the largest stage's share,
+    # kv_cache_configurator.py `_handle_max_mamba_cache`); conv/ssm bytes above are whole-model.
+    pp_state_share: float = 1.0
 
     @property
     def state_bytes_per_slot(self) -> int:
-        return self.conv_bytes_per_slot + self.ssm_bytes_per_slot
+        """Bytes SGLang charges one slot on one GPU: `int(mamba_cache_per_req * pp_layer_scale)`."""
+        return int((self.conv_bytes_per_slot + self.ssm_bytes_per_slot) * self.pp_state_share)
 
     @property
     def token_equiv(self) -> float:
@@ -212,6 +218,11 @@ class _Layout:
     reads_config_ssm_dtype: bool
     attention: _Fields | None  # where the attention fields live; None without attention layers
     mla: bool = False
+    # 0-based layer ids of the state-keeping and the full-attention layers, and the model's layer count
+    # (what `get_pp_indices` splits across pipeline stages).
+    linear_ids: tuple[int, ...] = ()
+    attention_ids: tuple[int, ...] = ()
+    num_layers: int = 0
 
 
 def _gdn_layout(fields: _Fields, tp_size: int) -> _Layout:
@@ -233,7 +244,12 @@ def _gdn_layout(fields: _Fields, tp_size: int) -> _Layout:
         conv_kernel=fields.positive_int("linear_conv_kernel_dim"),
         architecture=fields.architecture,
     )
-    return _Layout("gdn", num_layers - attention_layers, attention_layers, shape, True, fields)
+    attention_ids = tuple(layer for layer in range(num_layers) if (layer + 1) % interval == 0)
+    linear_ids = tuple(layer for layer in range(num_layers) if (layer + 1) % interval != 0)
+    return _Layout(
+        "gdn", num_layers - attention_layers, attention_layers, shape, True, fields,
+        linear_ids=linear_ids, attention_ids=attention_ids, num_layers=num_layers,
+    )
 
 
 _NEMOTRON_PATTERN = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
@@ -283,7 +299,12 @@ def _nemotron_h_layout(fields: _Fields, tp_size: int) -> _Layout:
         conv_kernel=conv_kernel,
         architecture=fields.architecture,
     )
-    return _Layout("mamba2", block_types.count("mamba"), block_types.count("attention"), shape, True, fields)
+    return _Layout(
+        "mamba2", block_types.count("mamba"), block_types.count("attention"), shape, True, fields,
+        linear_ids=tuple(i for i, kind in enumerate(block_types) if kind == "mamba"),
+        attention_ids=tuple(i for i, kind in enumerate(block_types) if kind == "attention"),
+        num_layers=len(block_types),
+    )
 
 
 def _falcon_h1_layout(fields: _Fields, tp_size: int) -> _Layout:
@@ -315,7 +336,11 @@ def _falcon_h1_layout(fields: _Fields, tp_size: int) -> _Layout:
         conv_kernel=fields.positive_int("mamba_d_conv", 4),
         architecture=fields.architecture,
     )
-    return _Layout("mamba2", num_layers, num_layers, shape, True, fields)
+    every = tuple(range(num_layers))
+    return _Layout(
+        "mamba2", num_layers, num_layers, shape, True, fields,
+        linear_ids=every, attention_ids=every, num_layers=num_layers,
+    )
 
 
 _GRANITE_ALIASES = {"linear_attention": "mamba", "full_attention": "attention"}
@@ -362,7 +387,12 @@ def _granite_layout(fields: _Fields, tp_size: int) -> _Layout:
         conv_kernel=fields.positive_int("mamba_d_conv", 4),
         architecture=fields.architecture,
     )
-    return _Layout("mamba2", layer_types.count("mamba"), layer_types.count("attention"), shape, False, fields)
+    return _Layout(
+        "mamba2", layer_types.count("mamba"), layer_types.count("attention"), shape, False, fields,
+        linear_ids=tuple(i for i, kind in enumerate(layer_types) if kind == "mamba"),
+        attention_ids=tuple(i for i, kind in enumerate(layer_types) if kind == "attention"),
+        num_layers=num_layers,
+    )
 
 
 def _kimi_linear_layout(fields: _Fields, tp_size: int) -> _Layout:
@@ -379,7 +409,12 @@ def _kimi_linear_layout(fields: _Fields, tp_size: int) -> _Layout:
         conv_kernel=linear.positive_int("short_conv_kernel_size"),
         architecture=fields.architecture,
     )
-    return _Layout("kda", linear_layers, num_layers - linear_layers, shape, False, fields, mla=True)
+    return _Layout(
+        "kda", linear_layers, num_layers - linear_layers, shape, False, fields, mla=True,
+        linear_ids=tuple(layer for layer in range(num_layers) if (layer + 1) in kda_layers),
+        attention_ids=tuple(layer for layer in range(num_layers) if (layer + 1) not in kda_layers),
+        num_layers=num_layers,
+    )
 
 
 def _mamba1_layout(fields: _Fields, tp_size: int) -> _Layout:
@@ -394,7 +429,7 @@ def _mamba1_layout(fields: _Fields, tp_size: int) -> _Layout:
         conv_kernel=fields.positive_int("conv_kernel", 4),
         architecture=fields.architecture,
     )
-    return _Layout("mamba1", num_layers, 0, shape, False, None)
+    return _Layout("mamba1", num_layers, 0, shape, False, None, linear_ids=tuple(range(num_layers)), num_layers=num_layers)
 
 
 def _lfm2_layout(fields: _Fields, tp_size: int) -> _Layout:
@@ -422,7 +457,12 @@ def _lfm2_layout(fields: _Fields, tp_size: int) -> _Layout:
         conv_kernel=fields.positive_int("conv_L_cache", 3),
         architecture=fields.architecture,
     )
-    return _Layout("shortconv", conv_layers, layer_types.count("full_attention"), shape, True, fields)
+    return _Layout(
+        "shortconv", conv_layers, layer_types.count("full_attention"), shape, True, fields,
+        linear_ids=tuple(i for i, kind in enumerate(layer_types) if kind in ("conv", "short_conv")),
+        attention_ids=tuple(i for i, kind in enumerate(layer_types) if kind == "full_attention"),
+        num_layers=len(layer_types),
+    )
 
 
 _LayoutReader = Callable[[_Fields, int], _Layout]
@@ -525,8 +565,9 @@ def _kv_dtype_bytes(hf_config: Mapping[str, Any], kv_dtype: str) -> int:
 # --- KV bytes per token ---------------------------------------------------------------------------
 
 
-def _gqa_kv_elements_per_layer(fields: _Fields, tp_size: int) -> int:
-    """`ModelConfig.get_num_kv_heads`: heads split across TP, at least one per rank (replicated)."""
+def _gqa_kv_elements_per_layer(fields: _Fields, tp_size: int, dcp_size: int = 1) -> int:
+    """`ModelConfig.get_num_kv_heads(tp, dcp)` (configs/model_config.py:1700-1711): DCP ranks replicate KV,
+    so heads split across `tp // dcp` groups, at least one per rank."""
     total_kv_heads: int | None = None
     for name in ("n_head_kv", "num_kv_heads", "num_key_value_heads"):
         if fields.has(name):
@@ -539,7 +580,7 @@ def _gqa_kv_elements_per_layer(fields: _Fields, tp_size: int) -> int:
                 f"(needed for {fields.architecture})"
             )
         total_kv_heads = fields.positive_int("num_attention_heads")
-    kv_heads_per_rank = max(1, total_kv_heads // tp_size)
+    kv_heads_per_rank = max(1, total_kv_heads // (tp_size // dcp_size))
     if fields.has("head_dim"):
         head_dim = fields.positive_int("head_dim")
     else:
@@ -554,6 +595,47 @@ def _mla_kv_elements_per_layer(fields: _Fields) -> int:
     return fields.positive_int("kv_lora_rank") + fields.positive_int("qk_rope_head_dim")
 
 
+# --- pipeline parallelism --------------------------------------------------------------------------
+
+
+def pp_stage_bounds(num_layers: int, pp_size: int, partition: list[int] | None = None) -> list[tuple[int, int]]:
+    """[start, end) of every stage's layers: `distributed/utils.py` `get_pp_indices` (lines 110-150); the
+    last `num_layers % pp_size` stages get one more layer, or `SGLANG_PP_LAYER_PARTITION` as `partition`."""
+    if pp_size < 1:
+        raise InputError(f"pp_size must be >= 1, got {pp_size}")
+    if partition is not None and pp_size > 1:
+        if len(partition) != pp_size or sum(partition) != num_layers:
+            raise InputError(
+                f"SGLANG_PP_LAYER_PARTITION {partition} must have {pp_size} entries summing to {num_layers} layers"
+            )
+        starts = [sum(partition[:rank]) for rank in range(pp_size)]
+        return [(start, start + size) for start, size in zip(starts, partition, strict=True)]
+    base, remainder = divmod(num_layers, pp_size)
+    bounds = []
+    for rank in range(pp_size):
+        if rank >= pp_size - remainder:
+            start = rank * (base + 1) - (pp_size - remainder)
+            bounds.append((start, start + base + 1))
+        else:
+            bounds.append((rank * base, rank * base + base))
+    return bounds
+
+
+def largest_stage_count(layer_ids: tuple[int, ...], bounds: list[tuple[int, int]]) -> int:
+    """How many of `layer_ids` the fullest stage holds."""
+    return max((sum(1 for layer in layer_ids if start <= layer < end) for start, end in bounds), default=0)
+
+
+def pp_charged_share(
+    linear_ids: tuple[int, ...], num_layers: int, pp_size: int, partition: list[int] | None = None
+) -> float:
+    """The share of the state bytes every PP stage is charged: the largest stage's layers over all state
+    layers (kv_cache_configurator.py `_handle_max_mamba_cache`, `pp_layer_scale`), 1.0 without PP."""
+    if pp_size <= 1 or not linear_ids:
+        return 1.0
+    return largest_stage_count(linear_ids, pp_stage_bounds(num_layers, pp_size, partition)) / len(linear_ids)
+
+
 # --- the entry point ------------------------------------------------------------------------------
 
 
@@ -564,11 +646,17 @@ def model_bytes(
     ssm_dtype: str | None = None,
     conv_dtype: str = "bfloat16",
     kv_dtype: str = "auto",
+    dcp_size: int = 1,
+    pp_size: int = 1,
+    pp_partition: list[int] | None = None,
 ) -> ModelBytes:
     """The per-GPU state and KV byte constants SGLang 0.5.23 would size its pools with.
 
-    `tp_size` is the attention-TP width (tp_size, or tp_size / dp_size under DP attention);
-    DCP and pipeline parallelism are not applied. `ssm_dtype` None follows SGLang's precedence
+    `tp_size` is the attention-TP width (tp_size, or tp_size / dp_size under DP attention).
+    `dcp_size` (--dcp-size) gives the physical KV row of a DCP rank: GQA heads split across tp // dcp
+    (MLA's latent is not head-split). `pp_size` charges the largest stage's share of the state
+    (`pp_partition` is SGLANG_PP_LAYER_PARTITION) and the KV of the stage with the most attention layers
+    (the one whose token count the PP all-reduce MIN keeps, at equal memory per stage). `ssm_dtype` None follows SGLang's precedence
     (config mamba_ssm_dtype for the models whose SGLang config reads it, else float32); a value
     acts like `--mamba-ssm-dtype`, which overrides for every family. `conv_dtype` is
     `SGLANG_MAMBA_CONV_DTYPE`; `kv_dtype` is `--kv-cache-dtype`.
@@ -577,6 +665,11 @@ def model_bytes(
         raise InputError(f"the model config must be a JSON object, got {type(hf_config).__name__}")
     if isinstance(tp_size, bool) or not isinstance(tp_size, int) or tp_size <= 0:
         raise InputError(f"tp_size must be a positive integer, got {tp_size!r}")
+    for name, value in (("dcp_size", dcp_size), ("pp_size", pp_size)):
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise InputError(f"{name} must be a positive integer, got {value!r}")
+    if tp_size % dcp_size != 0:
+        raise InputError(f"tp_size {tp_size} is not divisible by dcp_size {dcp_size}; SGLang cannot form the DCP groups")
     architecture = _architecture_of(hf_config)
     if architecture not in _ARCHITECTURES:
         raise InputError(
@@ -603,7 +696,13 @@ def model_bytes(
     elif layout.mla:
         kv_elements_per_layer = _mla_kv_elements_per_layer(layout.attention)
     else:
-        kv_elements_per_layer = _gqa_kv_elements_per_layer(layout.attention, tp_size)
+        kv_elements_per_layer = _gqa_kv_elements_per_layer(layout.attention, tp_size, dcp_size)
+    attention_layers = layout.attention_layers
+    state_share = 1.0
+    if pp_size > 1:
+        bounds = pp_stage_bounds(layout.num_layers, pp_size, pp_partition)
+        attention_layers = largest_stage_count(layout.attention_ids, bounds)
+        state_share = pp_charged_share(layout.linear_ids, layout.num_layers, pp_size, pp_partition)
 
     return ModelBytes(
         family=layout.family,
@@ -612,8 +711,24 @@ def model_bytes(
         num_attention_layers=layout.attention_layers,
         conv_bytes_per_slot=layout.shape.conv_elements * _STATE_DTYPE_BYTES[conv_name] * layout.linear_layers,
         ssm_bytes_per_slot=layout.shape.ssm_elements * _STATE_DTYPE_BYTES[ssm_name] * layout.linear_layers,
-        kv_bytes_per_token=kv_elements_per_layer * layout.attention_layers * kv_element_bytes,
+        kv_bytes_per_token=kv_elements_per_layer * attention_layers * kv_element_bytes,
         ssm_dtype=ssm_name,
         conv_dtype=conv_name,
         kv_dtype_bytes=kv_element_bytes,
+        dcp_size=dcp_size,
+        pp_size=pp_size,
+        pp_state_share=state_share,
     )
+
+
+def dcp_kv_gain(
+    hf_config: Mapping[str, Any], *, tp_size: int, dcp_size: int, kv_dtype: str = "auto"
+) -> float:
+    """How much cheaper a logical token's KV is under DCP than without it, at the same tp_size:
+    `dcp * kv_row(tp) / kv_row(tp, dcp)`, i.e. `dcp * heads(tp) / heads(tp // dcp)` for GQA (DCP ranks
+    replicate heads, configs/model_config.py:1700-1711) and `dcp` for MLA. Not `dcp` when KV heads are few."""
+    plain = model_bytes(hf_config, tp_size=tp_size, kv_dtype=kv_dtype)
+    sharded = model_bytes(hf_config, tp_size=tp_size, kv_dtype=kv_dtype, dcp_size=dcp_size)
+    if sharded.kv_bytes_per_token == 0:
+        raise InputError(f"{plain.architecture} has no full-attention layers, so DCP has no KV to shard")
+    return dcp_size * plain.kv_bytes_per_token / sharded.kv_bytes_per_token

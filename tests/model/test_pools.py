@@ -93,11 +93,13 @@ def test_spec_joint_solve_charges_s_plus_d_per_request():
     assert spec.intermediate_bytes > 0
 
 
-def test_dcp_spec_direct_solve_is_below_clean_scaling():
+def test_dcp_spec_prices_the_draft_inside_the_cell():
+    # SGLang 0.5.23 model_executor/pool_configurator.py `DefaultPoolConfigurator.__init__`: the draft's KV
+    # joins the per-row cell, so the seed's clean x dcp holds on token_equiv = state / (kv + draft).
     constants = ByteConstants(SEED_STATE, SEED_KV, draft_kv_bytes_per_token=SEED_KV / 4)
     config = ServingConfig(strategy="extra_buffer_lazy", dcp_size=8, speculative_algorithm="EAGLE", draft_tokens=4)
     clean = optimal_ratio(9216, SEED_TOKEN_EQUIV, slots=4, draft_tokens=4, dcp_size=8)
-    assert optimal_ratio_for(config, constants, 9216) < clean
+    assert optimal_ratio_for(config, constants, 9216) == pytest.approx(clean * 4 / 5)
 
 
 @given(
