@@ -1,8 +1,6 @@
 """The seed's whole procedure as one pure function: r*, predicted clamp and KV cap, binding pool,
 the pin alternative, the free lever and the caveats, for one serving config and one context length.
-
-Used by `pool-advisor recommend` (offline) and by the online recommender for the pool arithmetic.
-"""
+Owns the rules both the offline `recommend` and the online recommender apply: when to pin, the flag line."""
 
 from __future__ import annotations
 
@@ -81,6 +79,57 @@ def state_for_split(split: PoolSplit, context_length: float, dcp_size: int) -> t
     return kv_requests, binding_pool(split.max_running_requests, kv_requests)
 
 
+@dataclass(frozen=True)
+class PinChoice:
+    """Pin the state pool (`--max-mamba-cache-size`) instead of setting a ratio, and why."""
+
+    max_mamba_cache_size: int
+    balanced_requests: float  # requests per DP worker at the balance point the pin admits
+    why: str  # "fragile_ratio" | "dcp" | "thin_state_budget"
+
+
+def pin_choice(
+    ratio: float,
+    config: ServingConfig,
+    constants: ByteConstants,
+    rest_bytes: float,
+    pin_context_length: float,
+) -> PinChoice | None:
+    """The one pin rule (seed, "when to pin"): pin when r is below PIN_RATIO_THRESHOLD (a ratio that small is
+    fragile: one slot more or less moves the clamp by a large share), under DCP (the balance point sits beyond
+    realistic L), or when the ratio's state budget would hold fewer than two requests' worth of slots. The pin
+    admits the balanced concurrency at `pin_context_length` (the online recommender passes its biased L)."""
+    slots = slots_per_request(config)
+    draft = effective_draft_tokens(config)
+    state_budget = rest_bytes * ratio / (1 + ratio)
+    why = None
+    if config.dcp_size > 1:
+        why = "dcp"
+    elif ratio < PIN_RATIO_THRESHOLD:
+        why = "fragile_ratio"
+    elif state_budget < (slots + draft) * constants.state_bytes_per_slot * 2:
+        why = "thin_state_budget"
+    if why is None:
+        return None
+    target = balanced_concurrency(rest_bytes, config, constants, pin_context_length)
+    return PinChoice(pin_size(target, config), target, why)
+
+
+PIN_REASONS = {
+    "dcp": "under DCP the balance point sits beyond realistic L",
+    "fragile_ratio": f"r* below {PIN_RATIO_THRESHOLD} is fragile",
+    "thin_state_budget": "the ratio's state budget holds under two requests' worth of slots",
+}
+
+
+def flag_line(ratio: float, pin: int | None, mem_fraction_static: float | None) -> str:
+    """The SGLang flags that apply a recommendation."""
+    line = f"--max-mamba-cache-size {pin}" if pin is not None else f"--mamba-full-memory-ratio {ratio:.3g}"
+    if mem_fraction_static is not None:
+        line += f" --mem-fraction-static {mem_fraction_static:.2f}"
+    return line
+
+
 def free_lever(memory: MemoryFacts) -> tuple[float | None, str | None]:
     """A higher --mem-fraction-static when the boot log shows large idle memory; (value, note)."""
     idle = memory.idle_after_graphs_gib if memory.idle_after_graphs_gib is not None else memory.idle_after_pools_gib
@@ -156,17 +205,13 @@ def advise(
         predicted_clamp = split.max_running_requests
         kv_tokens = split.kv_capacity_tokens
         kv_requests, binding = state_for_split(split, context_length, config.dcp_size)
-        state_budget = rest_bytes * ratio / (1 + ratio)
-        too_thin = state_budget < (slots + draft) * constants.state_bytes_per_slot * 2
-        if ratio < PIN_RATIO_THRESHOLD or config.dcp_size > 1 or too_thin:
-            target = balanced_concurrency(rest_bytes, config, constants, context_length)
-            pin = pin_size(target, config)
-            why = "under DCP the balance point sits beyond realistic L" if config.dcp_size > 1 else (
-                f"r* = {ratio:.3f} is below {PIN_RATIO_THRESHOLD} and fragile"
-            )
+        choice = pin_choice(ratio, config, constants, rest_bytes, context_length)
+        if choice is not None:
+            pin = choice.max_mamba_cache_size
             notes.append(
-                f"pin instead: --max-mamba-cache-size {pin} (= {int(target)} requests x S={slots}"
-                f"{' x attn_dp ' + str(config.attn_dp_size) if config.attn_dp_size > 1 else ''}); {why}; the rest goes to KV"
+                f"pin instead: --max-mamba-cache-size {pin} (= {int(choice.balanced_requests)} requests x S={slots}"
+                f"{' x attn_dp ' + str(config.attn_dp_size) if config.attn_dp_size > 1 else ''}); "
+                f"{PIN_REASONS[choice.why]}; the rest goes to KV"
             )
     else:
         notes.append("no rest budget (boot log or --rest-gib): the clamp and KV capacity are not predicted")
@@ -175,12 +220,6 @@ def advise(
     if lever_note:
         notes.insert(0, lever_note)
 
-    if pin is not None:
-        flag_line = f"--max-mamba-cache-size {pin}"
-    else:
-        flag_line = f"--mamba-full-memory-ratio {ratio:.3g}"
-    if mfs_target is not None:
-        flag_line += f" --mem-fraction-static {mfs_target:.2f}"
     return Advice(
         ratio=ratio,
         token_equiv=constants.token_equiv,
@@ -199,6 +238,6 @@ def advise(
         binding_pool=binding,
         pin_max_mamba_cache_size=pin,
         recommended_mem_fraction_static=mfs_target,
-        flag_line=flag_line,
+        flag_line=flag_line(ratio, pin, mfs_target),
         notes=notes,
     )

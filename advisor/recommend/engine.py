@@ -20,17 +20,18 @@ import math
 from dataclasses import dataclass, field
 
 from advisor.estimate.summary import WorkloadSummary
-from advisor.model.advice import MemoryFacts, free_lever, state_for_split
-from advisor.model.pools import (
-    PIN_RATIO_THRESHOLD,
-    ByteConstants,
-    PoolSplit,
-    balanced_concurrency,
-    optimal_ratio_for,
-    pin_size,
-    split_pools,
-)
+from advisor.model.advice import PIN_REASONS, MemoryFacts, flag_line, free_lever
+from advisor.model.pools import ByteConstants, optimal_ratio_for, split_pools
 from advisor.model.serving import ServingConfig, effective_draft_tokens, slots_per_request
+from advisor.recommend.policy import (
+    Nudge,
+    PoolOutcome,
+    PoolOutcomes,
+    closed_loop_nudge,
+    decide,
+    pool_outcome,
+    pool_outcomes,
+)
 from advisor.recommend.types import Recommendation
 
 
@@ -98,7 +99,7 @@ def recommend(
     rec = _recommend(model, picture, settings)
     if inputs_stale and rec.decision != "unified_memory":
         rec.reason = f"the last scrapes failed; showing the last good estimate ({rec.decision}): {rec.reason}"
-        rec.decision = "inputs_stale"
+        rec.decision, rec.reason_code = "inputs_stale", "inputs_stale"
     return rec
 
 
@@ -117,10 +118,11 @@ def _recommend(model: ServerModel, picture: WorkloadPicture, settings: Recommend
         base.token_equiv = model.constants.token_equiv
         base.slots_per_request = slots_per_request(serving)
     if serving.unified_memory:
-        base.decision = "unified_memory"
+        base.decision, base.reason_code = "unified_memory", "unified_memory"
         base.reason = "the server runs --enable-unified-memory: there is no static split to tune; watch for starvation"
         return base
     if model.constants is None:
+        base.reason_code = "no_constants"
         base.reason = "byte constants unknown: no boot log and /server_info did not give the pool sizes"
         return base
     if (
@@ -128,6 +130,7 @@ def _recommend(model: ServerModel, picture: WorkloadPicture, settings: Recommend
         or summary.requests_observed < settings.min_requests
         or summary.history_seconds < settings.min_history_seconds
     ):
+        base.reason_code = "not_enough_data"
         base.reason = (
             f"{summary.requests_observed:.0f} requests over {summary.history_seconds:.0f} s observed; need "
             f"{settings.min_requests:.0f} over {settings.min_history_seconds:.0f} s"
@@ -141,33 +144,31 @@ def _recommend(model: ServerModel, picture: WorkloadPicture, settings: Recommend
     bias = math.exp(settings.state_bias * spikiness)
     notes: list[str] = []
 
-    # What the model predicts at the live config, for the closed loop and the report.
-    live_split: PoolSplit | None = None
-    live_binding: str | None = None
-    live_kv_requests: float | None = None
+    live: PoolOutcome | None = None
     if model.rest_bytes is not None:
-        live_split = split_pools(model.rest_bytes, serving, constants, model_context_len=model.model_context_len)
-        live_kv_requests, live_binding = state_for_split(live_split, context, serving.dcp_size)
+        live = pool_outcome(model.rest_bytes, serving, constants, context, model.model_context_len)
         observed = model.observed_max_running_requests
-        if observed is not None and abs(observed - live_split.max_running_requests) > max(2, 0.05 * observed):
+        if observed is not None and abs(observed - live.split.max_running_requests) > max(2, 0.05 * observed):
             notes.append(
-                f"model predicts clamp {live_split.max_running_requests} at the live config, the server reports {observed}"
+                f"model predicts clamp {live.split.max_running_requests} at the live config, the server reports {observed}"
             )
-
-    saturation = summary.state_pool_saturation_ratio or 0.0
-    kv_blocked = summary.kv_blocked_ratio or 0.0
-    retracting = (summary.retractions_per_second or 0.0) > 0
-    loop = 0.0
-    if live_binding is None:
-        pass  # no pool sizes, no prediction to contradict
-    elif saturation > settings.evidence_threshold and saturation > 2 * kv_blocked and live_binding != "state":
-        loop = settings.closed_loop_strength * saturation
-        notes.append(f"state pool saturated {saturation:.0%} of the time while the model expected {live_binding} to bind: nudged r up")
-    elif (kv_blocked > settings.evidence_threshold and kv_blocked > 2 * saturation or retracting and saturation == 0.0) and live_binding == "state":
-        loop = -settings.closed_loop_strength * max(kv_blocked, 0.2 if retracting else 0.0)
-        notes.append(f"KV-blocked admission {kv_blocked:.0%} of the time with an idle state pool, against the model: nudged r down")
-    loop = max(-settings.closed_loop_limit, min(settings.closed_loop_limit, loop))
-    target = r_center * bias * math.exp(loop)
+    nudge = closed_loop_nudge(
+        summary, live.binding_pool if live else None, evidence_threshold=settings.evidence_threshold,
+        strength=settings.closed_loop_strength, limit=settings.closed_loop_limit,
+    )
+    if nudge.evidence == "state_saturated":
+        notes.append(
+            f"state pool saturated {summary.state_pool_saturation_ratio or 0:.0%} of the time while the model expected "
+            f"{live.binding_pool if live else '-'} to bind: nudged r up"
+        )
+    elif nudge.evidence == "kv_blocked":
+        notes.append(
+            f"KV-blocked admission {summary.kv_blocked_ratio or 0:.0%} of the time with an idle state pool, against the "
+            "model: nudged r down"
+        )
+    factor = bias * math.exp(nudge.log_factor)
+    base.nudge_evidence = nudge.evidence
+    target = r_center * factor
 
     confidence = min(1.0, picture.confidence)
     # Bounds widen while evidence is thin (VPA's confidence idea); spikiness acts through the bias, not here.
@@ -176,78 +177,68 @@ def _recommend(model: ServerModel, picture: WorkloadPicture, settings: Recommend
     rec.ratio = target
     rec.ratio_lower = target * math.exp(-band)
     rec.ratio_upper = target * math.exp(band)
-    rec.bias = bias * math.exp(loop) - 1.0
+    rec.bias = factor - 1.0
     rec.ratio_drift = math.log(live_ratio / target) if live_ratio else None
-    rec.binding_pool_live = live_binding
-    rec.kv_capacity_requests_live = live_kv_requests
-    rec.predicted_max_running_requests_live = live_split.max_running_requests if live_split else None
 
-    pin: int | None = None
-    balanced_gain: float | None = None
-    if model.rest_bytes is not None:
-        rec_split = split_pools(model.rest_bytes, serving.with_ratio(target), constants, model_context_len=model.model_context_len)
-        if target < PIN_RATIO_THRESHOLD or serving.dcp_size > 1:
-            biased_context = context / (bias * math.exp(loop))
-            concurrency = balanced_concurrency(model.rest_bytes, serving, constants, biased_context)
-            pin = pin_size(concurrency, serving)
-            pinned = ServingConfig(**{**serving.to_dict(), "max_mamba_cache_size": pin})
-            rec_split = split_pools(model.rest_bytes, pinned, constants, model_context_len=model.model_context_len)
-        rec_kv, rec_binding = state_for_split(rec_split, context, serving.dcp_size)
-        rec.predicted_max_running_requests_recommended = rec_split.max_running_requests
-        rec.kv_capacity_requests_recommended = rec_kv
-        rec.binding_pool_recommended = rec_binding
-        rec.recommended_max_mamba_cache_size = pin
-        if live_split is not None and live_kv_requests is not None:
-            live_concurrency = min(live_split.max_running_requests, live_kv_requests)
-            rec_concurrency = min(rec_split.max_running_requests, rec_kv)
-            rec.predicted_gain_ratio = rec_concurrency / live_concurrency if live_concurrency > 0 else None
-            # What a change is worth at all: the balanced (unbiased) split's gain. The biased target sits past
-            # the balance at the mean L on purpose, so its own predicted gain understates the value of moving.
-            balanced_split = split_pools(model.rest_bytes, serving.with_ratio(r_center), constants,
-                                         model_context_len=model.model_context_len)
-            balanced_kv, _ = state_for_split(balanced_split, context, serving.dcp_size)
-            if live_concurrency > 0:
-                balanced_gain = min(balanced_split.max_running_requests, balanced_kv) / live_concurrency
+    outcomes: PoolOutcomes | None = None
+    if model.rest_bytes is not None and live is not None:
+        outcomes = pool_outcomes(
+            model.rest_bytes, serving, constants, context_length=context, target_ratio=target,
+            balanced_ratio=r_center, bias_factor=factor, model_context_len=model.model_context_len,
+        )
+        rec.binding_pool_live = live.binding_pool
+        rec.kv_capacity_requests_live = live.kv_capacity_requests
+        rec.predicted_max_running_requests_live = live.split.max_running_requests
+        rec.predicted_max_running_requests_recommended = outcomes.recommended.split.max_running_requests
+        rec.kv_capacity_requests_recommended = outcomes.recommended.kv_capacity_requests
+        rec.binding_pool_recommended = outcomes.recommended.binding_pool
+        rec.recommended_max_mamba_cache_size = outcomes.pin.max_mamba_cache_size if outcomes.pin else None
+        rec.predicted_gain_ratio = outcomes.gain
     mfs, lever = free_lever(model.memory)
     rec.recommended_mem_fraction_static = mfs
     if lever:
         notes.insert(0, lever)
 
-    direction = "up" if bias * math.exp(loop) > 1.0005 else ("down" if bias * math.exp(loop) < 0.9995 else "none")
-    why = (
-        f"L_eff {context:,.0f} tokens (request mean {summary.context_length_mean or 0:,.0f}), S={slots_per_request(serving)}"
-        f"{', D=' + str(effective_draft_tokens(serving)) if effective_draft_tokens(serving) else ''}, "
-        f"token_equiv {constants.token_equiv:,.0f} -> r* {r_center:.3g}"
+    decision = decide(
+        target_ratio=target, ratio_lower=rec.ratio_lower, ratio_upper=rec.ratio_upper, live_ratio=live_ratio,
+        live_pin=serving.max_mamba_cache_size, pin=outcomes.pin if outcomes else None,
+        gain=outcomes.gain if outcomes else None, balanced_gain=outcomes.balanced_gain if outcomes else None,
+        min_gain=settings.min_gain,
     )
-    if direction != "none":
-        why += f"; biased {direction} x{bias * math.exp(loop):.2f} (spikiness {spikiness:.2f}{', closed loop' if loop else ''})"
-
-    inside = live_ratio is not None and rec.ratio_lower <= live_ratio <= rec.ratio_upper
-    gain = rec.predicted_gain_ratio
-    worth = max(g for g in (gain, balanced_gain, 0.0) if g is not None)
-    small_gain = gain is not None and worth < 1.0 + settings.min_gain
-    if pin is not None and not (serving.max_mamba_cache_size is not None and abs(serving.max_mamba_cache_size - pin) <= 0.1 * pin):
-        rec.decision = "pin_state_pool"
-        reason = "under DCP the balance point is beyond realistic L" if serving.dcp_size > 1 else f"r {target:.3g} < {PIN_RATIO_THRESHOLD} is fragile"
-        rec.reason = f"pin --max-mamba-cache-size {pin}: {reason}; {why}"
-    elif inside or small_gain or live_ratio is None:
-        rec.decision = "hold"
-        if live_ratio is None:
-            rec.reason = "live ratio unknown (pinned state pool without pool sizes); " + why
-        elif inside:
-            rec.reason = f"live r {live_ratio:.3g} is inside [{rec.ratio_lower:.3g}, {rec.ratio_upper:.3g}]; " + why
-        else:
-            rec.reason = f"predicted gain {(worth - 1) * 100:.0f}% is below the {settings.min_gain:.0%} worth a restart; " + why
-    else:
-        rec.decision = "raise_ratio" if target > live_ratio else "lower_ratio"
-        binds = f"the {live_binding} pool binds at the live r {live_ratio:.3g}" if live_binding else f"live r {live_ratio:.3g}"
-        gain_text = f" (+{((gain or 1.0) - 1) * 100:.0f}% concurrency)" if gain else ""
-        rec.reason = f"{binds}; r {target:.3g}{gain_text}: {why}"
-    if pin is not None:
-        rec.flag_line = f"--max-mamba-cache-size {pin}"
-    else:
-        rec.flag_line = f"--mamba-full-memory-ratio {target:.3g}"
-    if mfs is not None:
-        rec.flag_line += f" --mem-fraction-static {mfs:.2f}"
+    rec.decision, rec.reason_code = decision.decision, decision.reason_code
+    rec.reason = _reason(rec, summary, serving, constants, context, r_center, bias, factor, spikiness, nudge, settings)
+    pin = rec.recommended_max_mamba_cache_size
+    rec.flag_line = flag_line(target, pin, mfs)
     rec.notes = notes
     return rec
+
+
+def _reason(
+    rec: Recommendation, summary: WorkloadSummary, serving: ServingConfig, constants: ByteConstants, context: float,
+    r_center: float, bias: float, factor: float, spikiness: float, nudge: Nudge, settings: RecommenderSettings,
+) -> str:
+    """The human sentence for a decision already taken (tests read `reason_code`, people read this)."""
+    draft = effective_draft_tokens(serving)
+    why = (
+        f"L_eff {context:,.0f} tokens (request mean {summary.context_length_mean or 0:,.0f}), S={slots_per_request(serving)}"
+        f"{', D=' + str(draft) if draft else ''}, token_equiv {constants.token_equiv:,.0f} -> r* {r_center:.3g}"
+    )
+    direction = "up" if factor > 1.0005 else ("down" if factor < 0.9995 else "none")
+    if direction != "none":
+        why += f"; biased {direction} x{factor:.2f} (spikiness {spikiness:.2f}{', closed loop' if nudge.log_factor else ''})"
+    code = rec.reason_code
+    if code.startswith("pin_"):
+        return f"pin --max-mamba-cache-size {rec.recommended_max_mamba_cache_size}: {PIN_REASONS[code[4:]]}; {why}"
+    if code == "pinned_as_recommended":
+        return f"the live --max-mamba-cache-size {serving.max_mamba_cache_size} is within 10% of the recommended pin; {why}"
+    if code == "live_ratio_unknown":
+        return "live ratio unknown (pinned state pool without pool sizes); " + why
+    if code == "inside_bounds":
+        return f"live r {rec.live_ratio:.3g} is inside [{rec.ratio_lower:.3g}, {rec.ratio_upper:.3g}]; " + why
+    if code == "gain_below_threshold":
+        return f"predicted gain is below the {settings.min_gain:.0%} worth a restart; " + why
+    live = rec.live_ratio or 0.0
+    binds = f"the {rec.binding_pool_live} pool binds at the live r {live:.3g}" if rec.binding_pool_live else f"live r {live:.3g}"
+    gain = rec.predicted_gain_ratio
+    gain_text = f" (+{(gain - 1) * 100:.0f}% concurrency)" if gain else ""
+    return f"{binds}; r {rec.ratio:.3g}{gain_text}: {why}"

@@ -22,6 +22,7 @@ CONFIGS = ("live", "recommended")
 class Recommendation:
     decision: str
     reason: str
+    reason_code: str = ""  # one of policy.REASON_CODES: what tests and tools read; `reason` is for people
     ratio: float | None = None
     ratio_lower: float | None = None
     ratio_upper: float | None = None
@@ -40,7 +41,8 @@ class Recommendation:
     recommended_max_mamba_cache_size: int | None = None
     recommended_mem_fraction_static: float | None = None
     confidence: float = 0.0
-    bias: float = 0.0  # the spikiness bias applied to r, as a factor minus 1
+    bias: float = 0.0  # the spikiness bias and closed-loop nudge applied to r, as a factor minus 1
+    nudge_evidence: str | None = None  # what contradicted the model: "state_saturated" | "kv_blocked" | None
     flag_line: str | None = None
     notes: list[str] = field(default_factory=list)
 
