@@ -16,6 +16,7 @@ from typing import Any
 from advisor.config import AdvisorConfig
 from advisor.daemon.checkpoint import read_checkpoint, write_checkpoint
 from advisor.daemon.pipeline import CycleReport, TargetPipeline
+from advisor.daemon.store_targets import StoreFleet
 from advisor.export.collector import SnapshotStore
 from advisor.status import TargetStatus
 
@@ -31,10 +32,12 @@ class Advisor:
         self._wall_start = wall_clock()
         self._time_base = self._wall_start  # advisor time at _wall_start
         self.pipelines = [TargetPipeline(target, config) for target in config.targets]
+        self.fleets = [StoreFleet(store, config, wall_clock) for store in config.store_targets]
+        self.fleet_latest: dict[str, list[TargetStatus]] = {}  # store name -> its servers' statuses
         self.latest: dict[str, TargetStatus] = {}
         self.reports: dict[str, CycleReport] = {}
         self._lock = threading.Lock()
-        self._executor = ThreadPoolExecutor(max_workers=max(1, len(self.pipelines)), thread_name_prefix="target")
+        self._executor = ThreadPoolExecutor(max_workers=max(1, len(self.pipelines) + len(self.fleets)), thread_name_prefix="target")
         self._busy: dict[str, Any] = {}
 
     def now(self) -> float:
@@ -92,7 +95,21 @@ class Advisor:
         with self._lock:
             self.latest[pipeline.target.name] = status
             self.reports[pipeline.target.name] = report
-            self.store.publish([self.latest[p.target.name] for p in self.pipelines if p.target.name in self.latest], self.now())
+            self.store.publish(self._statuses(), self.now())
+
+    def _statuses(self) -> list[TargetStatus]:
+        direct = [self.latest[p.target.name] for p in self.pipelines if p.target.name in self.latest]
+        return direct + [status for fleet in self.fleets for status in self.fleet_latest.get(fleet.store.name, [])]
+
+    def _run_fleet(self, fleet: StoreFleet) -> None:
+        try:
+            statuses = fleet.cycle(self.now())
+        except Exception:  # a bug in the store path must not kill the daemon; the last statuses stay
+            log.exception("cycle of store %s failed", fleet.store.name)
+            return
+        with self._lock:
+            self.fleet_latest[fleet.store.name] = statuses
+            self.store.publish(self._statuses(), self.now())
 
     def run_cycle(self, timeout: float | None = None) -> list[TargetStatus]:
         """One cycle over all targets; a target still busy from an earlier cycle is skipped, not queued."""
@@ -104,10 +121,15 @@ class Advisor:
             future = self._executor.submit(self._run_one, pipeline)
             self._busy[pipeline.target.name] = future
             futures.append(future)
+        for fleet in self.fleets:
+            busy = self._busy.get(f"store:{fleet.store.name}")
+            if busy is None or busy.done():
+                future = self._busy[f"store:{fleet.store.name}"] = self._executor.submit(self._run_fleet, fleet)
+                futures.append(future)
         wait(futures, timeout=timeout if timeout is not None else self.config.interval_seconds)
         self.save_checkpoint()
         with self._lock:
-            return [self.latest[p.target.name] for p in self.pipelines if p.target.name in self.latest]
+            return self._statuses()
 
     def serve_forever(self, on_cycle: Callable[[list[TargetStatus]], None] | None = None) -> int:
         """Run cycles every `interval_seconds` until SIGTERM/SIGINT; then finish the cycle, flush, return 0."""
@@ -141,6 +163,8 @@ class Advisor:
         self._executor.shutdown(wait=False, cancel_futures=True)
         for pipeline in self.pipelines:
             pipeline.close()
+        for fleet in self.fleets:
+            fleet.close()
 
 
 def _now_datetime() -> Any:

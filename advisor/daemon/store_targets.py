@@ -1,0 +1,214 @@
+"""The daemon's `kind: prometheus` targets: one store stands for every SGLang server its selector matches.
+
+Each cycle asks the store the fixed query set once (`advisor.estimate.history.fleet_queries`), whatever the
+fleet size, and hands every server its observation; each server then runs the direct mode's own cycle
+(`StoreServerPipeline` is a `TargetPipeline` whose metrics come from the store), so estimates and exported
+series are the same. At start every server's estimator is replayed from the store's history (VPA's history
+init); servers appear with the store and are forgotten `forget_after_seconds` after they leave it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+from functools import partial
+
+from advisor.config import AdvisorConfig, TargetConfig
+from advisor.daemon.pipeline import CycleReport, TargetPipeline
+from advisor.estimate.history import FleetFrame, fleet_queries, replay_step, server_info_from_gauges
+from advisor.sources.metrics import MetricsObservation
+from advisor.sources.prometheus_store import PrometheusClient, QueryResult
+from advisor.sources.server_info import ServerInfo
+from advisor.status import TargetStatus
+from advisor.store_config import StoreTargetConfig
+
+log = logging.getLogger("pool_advisor")
+
+# Points per range query in the history replay: bounds the store's answer (and our memory) per query.
+REPLAY_POINTS_PER_QUERY = 60
+
+
+class StoreServerPipeline(TargetPipeline):
+    """One server seen through the store: the direct cycle, with metrics handed in and /server_info asked
+    of the server when reachable, else stood in for by the pool gauges (with the ratio assumed)."""
+
+    def __init__(self, name: str, labels: dict[str, str], store: StoreTargetConfig, config: AdvisorConfig) -> None:
+        base = store.server_info_base(labels)
+        target = TargetConfig(name=name, url=base or store.url, api_key=store.server_api_key)
+        super().__init__(target, config)
+        self.store = store
+        self.asks_server = bool(base)
+        self.pending: MetricsObservation | None = None
+        self.pending_error: str | None = None
+        self.last_seen: float | None = None
+        self.info_from_gauges = False
+
+    def hand(self, observation: MetricsObservation | None, error: str | None, seen_at: float | None) -> None:
+        self.pending, self.pending_error = observation, error
+        if observation is not None and seen_at is not None:
+            self.last_seen = seen_at
+
+    def fetch_metrics(self) -> tuple[MetricsObservation | None, str | None]:
+        observation, error = self.pending, self.pending_error
+        self.pending, self.pending_error = None, None
+        if observation is None:
+            return None, error or f"{self.target.name} is not in the store's latest samples"
+        return observation, None
+
+    def fetch_server_info(self) -> tuple[ServerInfo | None, str | None]:
+        error = None
+        if self.asks_server:
+            info, error = super().fetch_server_info()
+            if info is not None:
+                self.info_from_gauges = False
+                return info, None
+        latest = self.pending or self.previous
+        stand_in = server_info_from_gauges(latest, assumed_ratio=self.store.assumed_ratio) if latest else None
+        if stand_in is None:
+            return None, error or "no /server_info and no pool gauges in the store to stand in for it"
+        if error:  # counted: the operator asked for /server_info and it did not answer
+            self._error("server_info", f"{error}; using the pool gauges")
+        self.info_from_gauges = True
+        return stand_in, None
+
+    def replay(self, now: float, observation: MetricsObservation) -> None:
+        """Feed one historical sample (no recommendation: the history init runs many of these)."""
+        report = CycleReport()
+        self.hand(observation, None, now)
+        if self.server_info is None and self.info_due:
+            self._refresh_server_info(report)
+        self._scrape(now, report)
+        self.last_success = now
+        self.last_errors = []
+
+    def _status(self, now: float) -> TargetStatus:
+        status = super()._status(now)
+        if self.info_from_gauges and status.recommendation is not None:
+            status.recommendation.notes.append(
+                f"byte constants from the store's pool gauges with the live ratio assumed {self.store.assumed_ratio:g} "
+                "(no gauge carries it): set assumed_ratio, or let the advisor reach /server_info"
+            )
+        return status
+
+
+class StoreFleet:
+    """Every server one store holds: a constant number of queries per cycle, one pipeline per server."""
+
+    def __init__(self, store: StoreTargetConfig, config: AdvisorConfig,
+                 wall_clock: Callable[[], float] = time.time) -> None:
+        self.store = store
+        self.config = config
+        self.client = PrometheusClient(store.url, timeout_seconds=store.timeout_seconds, auth=store.auth)
+        self.queries = fleet_queries(store.matchers, store.server_labels)
+        self.pipelines: dict[str, StoreServerPipeline] = {}
+        self.bootstrapped = False
+        self.last_error: str | None = None
+        self.store_errors_total = 0
+        self._wall_clock = wall_clock
+
+    @property
+    def queries_per_cycle(self) -> int:
+        return len(self.queries)
+
+    def _pipeline(self, name: str, frame: FleetFrame) -> StoreServerPipeline:
+        pipeline = self.pipelines.get(name)
+        if pipeline is None:
+            labels = frame.server_label_values.get(name, {})
+            pipeline = self.pipelines[name] = StoreServerPipeline(name, labels, self.store, self.config)
+        return pipeline
+
+    def _frame(self, run: Callable[[str], QueryResult]) -> tuple[FleetFrame, str | None]:
+        frame = FleetFrame(self.store.server_labels)
+        for query in self.queries:
+            result = run(query.expr)
+            if not result.ok:
+                return frame, result.error or "store query failed"
+            frame.add(query, ((s.labels, s.samples) for s in result.series))
+        return frame, None
+
+    def history_windows(self, end: float) -> Iterator[tuple[float, float, float]]:
+        """(start, end, step) of the range queries that replay `history_seconds` up to `end`."""
+        history = self.store.history_seconds
+        step = self.store.step_seconds or replay_step(history)
+        start = end - history
+        span = step * REPLAY_POINTS_PER_QUERY
+        while start < end:
+            stop = min(end, start + span)
+            yield start, stop, step
+            start = stop + step
+
+    def bootstrap(self, now: float) -> int:
+        """Replay the store's history into every server's estimator, the last sample at advisor time `now`
+        (history runs `time_scale` times faster in advisor time, as live cycles do). Returns the samples fed;
+        a failed query stops the replay with what was read."""
+        self.bootstrapped = True
+        wall_end = self._wall_clock()
+        scale = self.config.time_scale
+        fed = 0
+        for start, stop, step in self.history_windows(wall_end):
+            frame, error = self._frame(partial(self._range, start=start, end=stop, step=step))
+            if error:
+                self._store_error(error)
+                break
+            for name in frame.servers():
+                pipeline = self._pipeline(name, frame)
+                for t, observation in frame.pop_observations(name):
+                    pipeline.replay(now - (wall_end - t) * scale, observation)
+                    fed += 1
+        return fed
+
+    def _range(self, expr: str, *, start: float, end: float, step: float) -> QueryResult:
+        return self.client.query_range(expr, start, end, step)
+
+    def _store_error(self, error: str) -> None:
+        self.last_error = error
+        self.store_errors_total += 1
+        log.warning("store %s: %s", self.store.name, error)
+
+    def cycle(self, now: float) -> list[TargetStatus]:
+        """One cycle: the fixed queries at the store's now, then every known server's own cycle."""
+        if not self.bootstrapped:
+            self.bootstrap(now)
+        at = self._wall_clock()  # one evaluation time: every query's rows share the server's timestamp
+        frame, error = self._frame(lambda expr: self.client.query(expr, at=at))
+        if error:  # a partial answer would read as vanished families (a restart): use none of it
+            self._store_error(error)
+            frame = FleetFrame(self.store.server_labels)
+        else:
+            self.last_error = None
+        seen = set(frame.servers())
+        for name in seen:
+            observations = frame.pop_observations(name)
+            self._pipeline(name, frame).hand(observations[-1][1] if observations else None, None, now)
+        statuses = []
+        for name in sorted(self.pipelines):
+            pipeline = self.pipelines[name]
+            if name not in seen:
+                pipeline.hand(None, f"store {self.store.name}: {error}" if error else None, None)
+                last = pipeline.last_seen
+                if error is None and (last is None or now - last > self.store.forget_after_seconds):
+                    pipeline.close()
+                    del self.pipelines[name]
+                    continue
+            started = time.monotonic()
+            try:
+                status, _report = pipeline.cycle(now)
+            except Exception as exc:  # one server's bug must not stop the fleet
+                log.exception("cycle of %s failed", name)
+                pipeline.errors_total["internal"] = pipeline.errors_total.get("internal", 0) + 1
+                status = TargetStatus(server=name, up=False, last_errors=[f"internal error: {exc}"],
+                                      scrape_errors_total=dict(pipeline.errors_total))
+            status.last_cycle_duration_seconds = time.monotonic() - started
+            statuses.append(status)
+        return statuses
+
+    def close(self) -> None:
+        for pipeline in self.pipelines.values():
+            pipeline.close()
+        self.pipelines.clear()
+        self.client.close()
+
+
+
+__all__ = ["StoreFleet", "StoreServerPipeline"]
