@@ -306,7 +306,7 @@ class EmulatedServer:
         return sglang_logs.BootFigures(
             model_path=config.model_name,
             model_class=model_class,
-            server_args=self._server_args_repr(config),
+            server_args=self._logged_server_args(config),
             startup_available_gb=startup_gb,
             weight_gb=weight_gb,
             load_elapsed_s=41.27,
@@ -332,9 +332,11 @@ class EmulatedServer:
             server_pid=self._pid_base + 100 * self._boot_count - 1,
             conv_state_fraction=conv_fraction,
             spec_max_running_reset=spec_enabled(serving) and serving.draft_tokens > 0 and requested is None,
+            release=self._profile,
         )
 
-    def _server_args_repr(self, config: SimServerConfig) -> str:
+    def _logged_server_args(self, config: SimServerConfig) -> dict[str, Any]:
+        """The fields the boot log's `server_args=` line shows (its form follows the version profile)."""
         args = server_args_fields(config, self._profile, self._host, self._bound_port(), self._api_key)
         keys = (
             "model_path", "tp_size", "dp_size", "pp_size", "page_size", "mamba_full_memory_ratio",
@@ -342,7 +344,7 @@ class EmulatedServer:
             "mamba_ssm_dtype", "mem_fraction_static", "max_running_requests", "disable_radix_cache",
             "speculative_algorithm", "speculative_num_draft_tokens", "enable_metrics",
         )  # fmt: skip
-        return ", ".join(f"{k}={args[k]!r}" for k in keys if k in args)
+        return {k: args[k] for k in keys if k in args}
 
     def _bound_port(self) -> int:
         return self.port if self._httpd is not None else self._requested_port

@@ -1,5 +1,7 @@
 """Format SGLang server log lines (boot block, batch statistics, retraction warnings, request logs)
-exactly as SGLang 0.5.23 prints them, so the emulated server's log reads like a real one.
+exactly as the SGLang release being emulated prints them, so the emulated server's log reads like a real one.
+The boot block's era-dependent lines (server_args repr or dict, KV line with or without `dtype:`, the clamp
+warning) come from the one format table the readers use too, `advisor.sources.formats`.
 
 Pure: every function takes the wall time to stamp and plain values, and returns strings. Templates:
 reference §3 and SGLang 0.5.23 `model_executor/model_runner.py`, `mem_cache/memory_pool.py`,
@@ -18,6 +20,7 @@ from datetime import datetime
 from advisor.model.pools import GIB
 from advisor.sim.exposition import SchedulerRank
 from advisor.sim.types import DecodeTick, PrefillBatch, RequestFinished, Retraction
+from advisor.sources.formats import line_format, log_era, server_args_dict, server_args_repr
 
 # Default share of a state slot's bytes that is conv state (the rest is the SSM/temporal state): 0.46 GB
 # of 13.50 GB in the seed's TP8 boot log (fixtures/logs/boot-tp8-default.log); Qwen3-Next has 0.92 of 39.98.
@@ -70,7 +73,7 @@ class BootFigures:
 
     model_path: str
     model_class: str
-    server_args: str  # the body of `ServerArgs(...)`
+    server_args: dict[str, object]  # the fields the `server_args=` line shows
     startup_available_gb: float
     weight_gb: float
     load_elapsed_s: float
@@ -97,6 +100,7 @@ class BootFigures:
     conv_state_fraction: float = CONV_STATE_FRACTION
     # speculative decoding with --max-running-requests unset: the hook resets it to 48 and says so
     spec_max_running_reset: bool = False
+    release: str = "0.5.23"  # the SGLang release whose log formats to write (see formats.log_era)
 
     @property
     def conv_state_gb(self) -> float:
@@ -104,7 +108,9 @@ class BootFigures:
 
     @property
     def ssm_state_gb(self) -> float:
-        return (self.max_mamba_cache_size + 1) * self.state_bytes_per_slot * (1 - self.conv_state_fraction) / GIB
+        return (
+            (self.max_mamba_cache_size + 1) * self.state_bytes_per_slot * (1 - self.conv_state_fraction) / GIB
+        )
 
     @property
     def kv_gb(self) -> float:
@@ -125,32 +131,53 @@ class BootFigures:
         return self.pool_end_avail_gb - self.graph_decode_gb
 
 
+def server_args_line(fig: BootFigures) -> str:
+    """`server_args=ServerArgs(...)` up to 0.5.17, `server_args={...}` (resolved_dict) from 0.5.20."""
+    if log_era(fig.release).server_args == "dict":
+        return line_format("server_args_dict").template.format(body=server_args_dict(fig.server_args))
+    return line_format("server_args_repr").template.format(body=server_args_repr(fig.server_args))
+
+
 def mamba_line(fig: BootFigures) -> str:
-    text = (
-        f"Mamba Cache is allocated. max_mamba_cache_size: {fig.max_mamba_cache_size}, "
-        f"conv_state size: {fig.conv_state_gb:.2f}GB, ssm_state size: {fig.ssm_state_gb:.2f}GB "
-    )
+    intermediate = ""
     if fig.intermediate_bytes > 0:
         inter_gb = fig.intermediate_bytes / GIB
-        text += (
+        intermediate = (
             f"intermediate_ssm_state_cache size: {inter_gb * (1 - fig.conv_state_fraction):.2f}GB "
             f"intermediate_conv_window_cache size: {inter_gb * fig.conv_state_fraction:.2f}GB "
         )
-    return text
+    return line_format("mamba_pool").template.format(
+        size=fig.max_mamba_cache_size, conv=fig.conv_state_gb, ssm=fig.ssm_state_gb, intermediate=intermediate
+    )
 
 
 def kv_line(fig: BootFigures) -> str:
-    head = f"KV Cache is allocated. dtype: {torch_kv_dtype(fig.kv_cache_dtype)}, #tokens: {fig.kv_tokens}, "
+    """With `dtype:` from 0.5.14, without before (memory_pool.py); one `KV size` for fp8, K and V for bf16."""
     if single_kv_buffer(fig.kv_cache_dtype):
-        return head + f"KV size: {fig.kv_gb:.2f} GB"
-    return head + f"K size: {fig.kv_gb / 2:.2f} GB, V size: {fig.kv_gb / 2:.2f} GB"
+        sizes = f"KV size: {fig.kv_gb:.2f} GB"
+    else:
+        sizes = f"K size: {fig.kv_gb / 2:.2f} GB, V size: {fig.kv_gb / 2:.2f} GB"
+    if log_era(fig.release).kv_dtype:
+        return line_format("kv_pool_dtype").template.format(
+            label="", dtype=torch_kv_dtype(fig.kv_cache_dtype), tokens=fig.kv_tokens, sizes=sizes
+        )
+    return line_format("kv_pool_plain").template.format(label="", tokens=fig.kv_tokens, sizes=sizes)
 
 
 def caps_line(fig: BootFigures) -> str:
-    return (
-        f"max_total_num_tokens={fig.kv_tokens}, chunked_prefill_size={fig.chunked_prefill_size}, "
-        f"max_prefill_tokens={fig.max_prefill_tokens}, max_running_requests={fig.max_running_requests}, "
-        f"context_len={fig.context_len}, available_gpu_mem={fig.ready_avail_gb:.2f} GB"
+    return line_format("caps").template.format(
+        tokens=fig.kv_tokens,
+        chunk=fig.chunked_prefill_size,
+        prefill=fig.max_prefill_tokens,
+        mrr=fig.max_running_requests,
+        ctx=fig.context_len,
+        avail=fig.ready_avail_gb,
+    )
+
+
+def capped_line(fig: BootFigures) -> str:
+    return line_format("capped_by_state_pool").template.format(
+        cap=fig.max_running_requests, size=fig.max_mamba_cache_size, slots=fig.slots_per_request
     )
 
 
@@ -174,11 +201,13 @@ def boot_block(
     t_graph = t_pools + 2.0
     t_caps = t_graph + graph_s
     prefixed = [(r, rank_prefix(r, tp_size=tp_size, pp_size=pp_size)) for r in ranks]
-    first_of_replica = [(r, p) for r, p in prefixed if r.tp_rank == min(x.tp_rank for x in ranks if x.dp_rank == r.dp_rank)]
+    first_of_replica = [
+        (r, p) for r, p in prefixed if r.tp_rank == min(x.tp_rank for x in ranks if x.dp_rank == r.dp_rank)
+    ]
     quant = f"quant={fig.quant}, " if fig.quant else ""
     bs = ", ".join(str(b) for b in fig.cuda_graph_bs)
 
-    out = [line(start, f"server_args=ServerArgs({fig.server_args})")]
+    out = [line(start, server_args_line(fig))]
     if fig.spec_max_running_reset:
         out.append(
             line(
@@ -202,17 +231,12 @@ def boot_block(
     every_rank(t_pools + 1, f"Memory pool end. avail mem={fig.pool_end_avail_gb:.2f} GB")
     for _, p in first_of_replica:
         if fig.clamped_by_state_pool:
-            out.append(
-                line(
-                    t_pools + 1,
-                    f"max_running_requests is capped to {fig.max_running_requests} by the mamba state cache "
-                    f"(max_mamba_cache_size={fig.max_mamba_cache_size}, {fig.slots_per_request} state slots per "
-                    "request). To raise it: increase --mamba-full-memory-ratio or --max-mamba-cache-size, or halve "
-                    "the state size with --mamba-ssm-dtype bfloat16.",
-                    p,
-                )
-            )
-        elif fig.requested_max_running_requests is not None and fig.max_running_requests < fig.requested_max_running_requests:
+            if log_era(fig.release).capped_warning:  # before 0.5.20 the clamp shows only in the caps line
+                out.append(line(t_pools + 1, capped_line(fig), p))
+        elif (
+            fig.requested_max_running_requests is not None
+            and fig.max_running_requests < fig.requested_max_running_requests
+        ):
             out.append(
                 line(
                     t_pools + 1,
@@ -306,8 +330,17 @@ def request_json_line(event: RequestFinished, wall_time: float, *, stream: bool)
 
 def access_line(wall_time: float, client: str, method: str, path: str, status: int) -> str:
     """A uvicorn access-log line (utils/common.py:3509-3519)."""
-    reason = {200: "OK", 401: "Unauthorized", 404: "Not Found", 500: "Internal Server Error", 503: "Service Unavailable"}
-    return line(wall_time, f'INFO:     {client} - "{method} {path} HTTP/1.1" {status} {reason.get(status, "")}'.rstrip())
+    reason = {
+        200: "OK",
+        401: "Unauthorized",
+        404: "Not Found",
+        500: "Internal Server Error",
+        503: "Service Unavailable",
+    }
+    return line(
+        wall_time,
+        f'INFO:     {client} - "{method} {path} HTTP/1.1" {status} {reason.get(status, "")}'.rstrip(),
+    )
 
 
 def deprecation_line(wall_time: float, old: str, new: str) -> str:

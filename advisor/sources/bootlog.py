@@ -94,7 +94,9 @@ class BootInfo:
         return self.draft_kv_pool.kv_gib * GIB / (self.draft_kv_pool.tokens + self.page_size)
 
     def constants(self) -> ByteConstants:
-        return ByteConstants(self.state_bytes_per_slot, self.kv_bytes_per_token, self.draft_kv_bytes_per_token)
+        return ByteConstants(
+            self.state_bytes_per_slot, self.kv_bytes_per_token, self.draft_kv_bytes_per_token
+        )
 
     @property
     def rest_bytes(self) -> float:
@@ -243,7 +245,11 @@ class _Boot:
 
 
 def _load_end(message: str) -> tuple[str | None, float | None, float | None]:
-    return word_after(message, "type="), float_after(message, "avail mem="), float_after(message, "mem usage=")
+    return (
+        word_after(message, "type="),
+        float_after(message, "avail mem="),
+        float_after(message, "mem usage="),
+    )
 
 
 def _caps(message: str) -> _Caps | None:

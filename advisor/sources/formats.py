@@ -15,11 +15,10 @@ from dataclasses import dataclass
 
 
 def release_key(release: str) -> tuple[int, ...]:
-    """`0.5.6.post2` -> (0, 5, 6, 2); a dev build (`0.0.0.dev11582`, a 2026 main checkout) sorts after
-    every numbered release."""
-    head, _, post = release.partition(".post")
-    if ".dev" in head or head.startswith("0.0.0"):
-        return (99, 0, 0, 0)
+    """`0.5.6.post2` -> (0, 5, 6, 2). A source build reports `0.0.0.devN`, which says nothing of its era
+    (the 2026-04 build in tests/fixtures/real/022 still wrote the KV line without `dtype:`): it sorts first."""
+    head, _, post = release.lstrip("v").partition(".post")
+    head = head.partition(".dev")[0]
     parts = [int(p) if p.isdigit() else 0 for p in head.split(".")[:3]]
     parts += [0] * (3 - len(parts))
     return (*parts, int(post) if post.isdigit() else 0)
@@ -44,9 +43,10 @@ class LineFormat:
         )
 
 
-# Releases checked by reading the wheels: 0.5.2, 0.5.4, 0.5.6.post2, 0.5.11, 0.5.17, 0.5.23, plus the real logs
-# in tests/fixtures/real/ (0.5.2 … a 2026 dev build). Boundaries between two checked releases are stated as
-# the later one checked, and docs/sglang-releases.md says so.
+# Releases checked by reading their wheels: 0.5.2, 0.5.4, 0.5.6.post2, 0.5.11, 0.5.14, 0.5.17, 0.5.20, 0.5.23,
+# plus the real logs in tests/fixtures/real/. A change between two checked releases is dated by the later one
+# (`first`) and the earlier one (`last` of the old form); docs/sglang-releases.md says so. The readers accept
+# every form whatever the release, so a boundary that is off by a release costs nothing when reading.
 LINE_FORMATS: tuple[LineFormat, ...] = (
     LineFormat(
         "server_args_repr",
@@ -61,7 +61,7 @@ LINE_FORMATS: tuple[LineFormat, ...] = (
         "server_args_dict",
         "server_args={",
         "server_args={body}",
-        "0.5.23",
+        "0.5.20",
         None,
         "entrypoints/engine.py (_server_args_for_logging -> ServerArgs.resolved_dict())",
         "a Python dict repr: None/True/False, nested dicts and lists",
@@ -108,7 +108,7 @@ LINE_FORMATS: tuple[LineFormat, ...] = (
         "KV Cache is allocated.",
         "{label}KV Cache is allocated. #tokens: {tokens}, {sizes}",
         None,
-        "0.5.17",
+        "0.5.11",
         "mem_cache/memory_pool.py (KVCache._finalize_allocation_log)",
         "no dtype; sizes: `K size: x GB, V size: y GB` or `KV size: z GB`",
     ),
@@ -116,10 +116,10 @@ LINE_FORMATS: tuple[LineFormat, ...] = (
         "kv_pool_dtype",
         "KV Cache is allocated.",
         "{label}KV Cache is allocated. dtype: {dtype}, #tokens: {tokens}, {sizes}",
-        "0.5.23",
+        "0.5.14",
         None,
         "mem_cache/memory_pool.py (KVCache._finalize_allocation_log)",
-        "`KV Cache VA upper bound.` instead of `is allocated.` under post-capture sizing; an optional "
+        "`KV Cache VA upper bound.` instead of `is allocated.` under post-capture sizing (0.5.20+); an optional "
         "allocation label (which may hold spaces) precedes `KV Cache`",
     ),
     LineFormat(
@@ -127,7 +127,7 @@ LINE_FORMATS: tuple[LineFormat, ...] = (
         "Post-capture KV sizing: KV cache allocated.",
         "Post-capture KV sizing: KV cache allocated. dtype: {dtype}, #tokens: {tokens}, KV size: {kv:.2f} GB, "
         "avail mem={avail:.2f} GB",
-        "0.5.23",
+        "0.5.17",
         None,
         "model_executor/model_runner_components/kv_pool_runtime.py",
         "the KV pool as resized after CUDA-graph capture; supersedes the `VA upper bound` line",
@@ -136,7 +136,7 @@ LINE_FORMATS: tuple[LineFormat, ...] = (
         "kv_post_capture_draft",
         "Post-capture KV sizing: draft KV cache allocated.",
         "Post-capture KV sizing: draft KV cache allocated. dtype: {dtype}, #tokens: {tokens}, KV size: {kv:.2f} GB",
-        "0.5.23",
+        "0.5.20",
         None,
         "model_executor/model_runner_components/kv_pool_runtime.py",
     ),
@@ -163,7 +163,7 @@ LINE_FORMATS: tuple[LineFormat, ...] = (
         "max_running_requests is capped to {cap} by the mamba state cache (max_mamba_cache_size={size}, "
         "{slots} state slots per request). To raise it: increase --mamba-full-memory-ratio or "
         "--max-mamba-cache-size, or halve the state size with --mamba-ssm-dtype bfloat16.",
-        "0.5.23",
+        "0.5.20",
         None,
         "mem_cache/kv_cache_configurator.py",
         "earlier releases clamp silently (real 0.5.11 and 2026-04 logs show the clamp only in the caps line)",
@@ -241,8 +241,13 @@ class LogEra:
 
 
 def log_era(release: str) -> LogEra:
-    new = release_key(release) >= release_key("0.5.23")
-    return LogEra(server_args="dict" if new else "repr", kv_dtype=new, capped_warning=new)
+    key = release_key(release)
+    dict_args = key >= release_key(line_format("server_args_dict").first or "0")
+    return LogEra(
+        server_args="dict" if dict_args else "repr",
+        kv_dtype=key >= release_key(line_format("kv_pool_dtype").first or "0"),
+        capped_warning=key >= release_key(line_format("capped_by_state_pool").first or "0"),
+    )
 
 
 # ------------------------------------------------------------------------------------------------ fields
@@ -398,10 +403,10 @@ def parse_server_args(message: str) -> dict[str, object] | None:
 
 
 def server_args_repr(fields: dict[str, object]) -> str:
-    """The 0.5.17-and-earlier form: `ServerArgs(name=repr(value), ...)`."""
-    return "ServerArgs(" + ", ".join(f"{k}={v!r}" for k, v in fields.items()) + ")"
+    """The body of the 0.5.17-and-earlier form `ServerArgs(name=repr(value), ...)`."""
+    return ", ".join(f"{k}={v!r}" for k, v in fields.items())
 
 
 def server_args_dict(fields: dict[str, object]) -> str:
-    """The 0.5.23 form: the dict's Python repr."""
+    """The 0.5.20+ form: the dict's Python repr (ServerArgs.resolved_dict())."""
     return repr(dict(fields))

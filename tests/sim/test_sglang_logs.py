@@ -32,7 +32,7 @@ def seed_figures(**overrides) -> sglang_logs.BootFigures:
     values = dict(
         model_path="example/hybrid-moe",
         model_class="ExampleHybridForCausalLM",
-        server_args="model_path='example/hybrid-moe', tp_size=8",
+        server_args={"model_path": "example/hybrid-moe", "tp_size": 8, "max_running_requests": None},
         startup_available_gb=177.53,
         weight_gb=114.35,
         load_elapsed_s=41.27,
@@ -92,7 +92,9 @@ def test_boot_block_reproduces_the_seed_boot_log_pool_lines():
         "context_len=262144, available_gpu_mem="
     )
     assert ours[-1] == ("", sglang_logs.READY_LINE)
-    assert ours[0][1].startswith("server_args=ServerArgs(")
+    # 0.5.20+ logs the resolved dict (entrypoints/engine.py), as the fixture does
+    assert ours[0][1] == "server_args={'model_path': 'example/hybrid-moe', 'tp_size': 8, 'max_running_requests': None}"
+    assert fixture[0][1].startswith("server_args={'model_path': 'example/hybrid-moe', ")
 
 
 def test_boot_block_bf16_prints_k_and_v_sizes_and_no_cap_warning_when_kv_bound():
@@ -173,3 +175,23 @@ def test_access_and_deprecation_lines():
                                          ("auto", "torch.bfloat16"), ("bf16", "torch.bfloat16")])  # fmt: skip
 def test_kv_dtype_names(dtype, torch):
     assert sglang_logs.torch_kv_dtype(dtype) == torch
+
+
+def test_an_0511_boot_block_has_the_repr_server_args_no_dtype_and_no_clamp_warning():
+    """0.5.11's formats, as the real log tests/fixtures/real/011-… shows them line for line."""
+    real = (Path(__file__).resolve().parents[1] / "fixtures" / "real" / "011-qwen3.6-27b-awq-v0.5.11-rocm-tp2-full.log")
+    real_messages = messages(real.read_text())
+    figures = seed_figures(
+        release="0.5.11", max_mamba_cache_size=40, kv_tokens=422310, kv_cache_dtype="auto",
+        state_bytes_per_slot=5.88 * GIB / 41, kv_bytes_per_token=6.44 * GIB / 422311, conv_state_fraction=0.11 / 5.88,
+        max_running_requests=13, slots_per_request=3,
+    )  # fmt: skip
+    ours = messages("\n".join(sglang_logs.boot_block(figures, scheduler_ranks(ServingConfig(tp_size=2)), tp_size=2,
+                                                     ready_at=1.8e9)))  # fmt: skip
+    assert ours[0][1] == "server_args=ServerArgs(model_path='example/hybrid-moe', tp_size=8, max_running_requests=None)"
+    kv = [m for m in ours if m[1].startswith("KV Cache is allocated")]
+    assert kv and sorted(kv) == sorted(m for m in real_messages if m[1].startswith("KV Cache is allocated"))
+    mamba = [m for m in ours if m[1].startswith("Mamba Cache is allocated")]
+    assert sorted(mamba) == sorted(m for m in real_messages if m[1].startswith("Mamba Cache is allocated"))
+    assert not any("is capped to" in m for _, m in ours)  # before 0.5.20 the clamp shows only in the caps line
+    assert any(m.startswith("max_total_num_tokens=422310, ") and "max_running_requests=13," in m for _, m in ours)
