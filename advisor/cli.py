@@ -12,10 +12,28 @@ from advisor import __version__
 from advisor.errors import InputError
 from advisor.model.serving import ConfigError
 
-SUBCOMMANDS = ("recommend", "inspect", "run", "demo", "simulate", "emulate")
+# name -> one-line summary for the listing. Only the module of the command being run is imported, so the
+# daemon and the one-shot commands never load the simulator (advisor.sim), which only demo/simulate/emulate use.
+SUBCOMMANDS = {
+    "recommend": "one-shot: the optimal --mamba-full-memory-ratio for a boot log / config and a context length",
+    "inspect": "run the sources once and print what was observed",
+    "run": "the advisor daemon: scrape, estimate, recommend, export",
+    "demo": "emulated SGLang server + the advisor watching it, in about a minute",
+    "simulate": "run a workload through the dual-pool simulator at one ratio or a sweep",
+    "emulate": "run an emulated SGLang server over the simulator",
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _command_of(argv: Sequence[str]) -> str | None:
+    """The subcommand argv names (its first non-option word), if it is one of ours."""
+    for word in argv:
+        if not word.startswith("-"):
+            return word if word in SUBCOMMANDS else None
+    return None
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The full parser for `command` (every command's when None); other commands get their summary only."""
     parser = argparse.ArgumentParser(
         prog="pool-advisor",
         description="Advice on the state/KV pool split (--mamba-full-memory-ratio) of hybrid SGLang servers.",
@@ -23,7 +41,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for name in SUBCOMMANDS:
+    for name, summary in SUBCOMMANDS.items():
+        if command is not None and name != command:
+            sub.add_parser(name, help=summary)
+            continue
         try:
             module = importlib.import_module(f"advisor.commands.{name}")
         except ModuleNotFoundError as exc:
@@ -35,8 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(_command_of(words))
+    args = parser.parse_args(words)
     try:
         return int(args.handler(args) or 0)
     except (InputError, ConfigError, ValueError) as exc:
