@@ -56,6 +56,11 @@ class RankMetrics:
     # is the reliable source) and requests paused by async weight sync.
     last_retracted_requests: int | None = None
     paused_requests: int | None = None
+    # Memory gauges (GiB, set once at startup): weights, idle memory after the pools and graph capture
+    # (scheduler.py measures startup_available after building the worker), and graphs summed over phases.
+    weight_memory_gb: float | None = None
+    startup_available_memory_gb: float | None = None
+    graph_memory_gb: float | None = None
 
 
 @dataclass(frozen=True)
@@ -120,6 +125,8 @@ _RANK_GAUGES: dict[str, str] = {
     "sglang:page_size": "page_size",
     "sglang:context_len": "context_len",
     "sglang:kv_cache_memory_usage_gb": "kv_cache_memory_gb",
+    "sglang:weight_memory_usage_gb": "weight_memory_gb",
+    "sglang:startup_available_gpu_memory_gb": "startup_available_memory_gb",
     "sglang:spec_accept_length": "spec_accept_length",
     "sglang:spec_num_draft_tokens": "spec_num_draft_tokens",
     # Gauges without multiprocess_mode: one series per writing process, told apart by a `pid` label.
@@ -140,6 +147,8 @@ _GLOBAL_COUNTERS: dict[str, str] = {
     "sglang:generation_tokens_total": "generation_tokens_total",
     "sglang:cached_tokens_total": "cached_tokens_total",
 }
+# Gauges split by a `phase` label (metrics_collector.py `emit_constants`): summed over phases per rank.
+_PHASE_GAUGES: dict[str, str] = {"sglang:graph_memory_usage_gb": "graph_memory_gb"}
 _HISTOGRAMS: dict[str, str] = {
     "sglang:prompt_tokens_histogram": "prompt_tokens_histogram",
     "sglang:generation_tokens_histogram": "generation_tokens_histogram",
@@ -165,7 +174,7 @@ _INTEGER_FIELDS = frozenset(
     }
 )
 
-_KIND_GAUGE, _KIND_RANK_COUNTER, _KIND_GLOBAL_COUNTER, _KIND_BUCKET, _KIND_HSUM, _KIND_HCOUNT = range(6)
+_KIND_GAUGE, _KIND_RANK_COUNTER, _KIND_GLOBAL_COUNTER, _KIND_BUCKET, _KIND_HSUM, _KIND_HCOUNT, _KIND_PHASE = range(7)
 _SAMPLE_KIND: dict[str, tuple[int, str, str]] = {}  # sample name -> (kind, family, field)
 for _name, _field in _RANK_GAUGES.items():
     _SAMPLE_KIND[_name] = (_KIND_GAUGE, _name, _field)
@@ -173,6 +182,8 @@ for _name, _field in _RANK_COUNTERS.items():
     _SAMPLE_KIND[_name] = (_KIND_RANK_COUNTER, _name, _field)
 for _name, _field in _GLOBAL_COUNTERS.items():
     _SAMPLE_KIND[_name] = (_KIND_GLOBAL_COUNTER, _name, _field)
+for _name, _field in _PHASE_GAUGES.items():
+    _SAMPLE_KIND[_name] = (_KIND_PHASE, _name, _field)
 for _name, _field in _HISTOGRAMS.items():
     _SAMPLE_KIND[_name + "_bucket"] = (_KIND_BUCKET, _name, _field)
     _SAMPLE_KIND[_name + "_sum"] = (_KIND_HSUM, _name, _field)
@@ -218,6 +229,8 @@ class _Accumulator:
         self.histograms: dict[str, dict[int | None, dict[_RankKey | None, list]]] = {}
         self.dp_ranks: set[int | None] = set()
         self.model_name: str | None = None
+        # (field, dp_rank) -> rank key -> sum over the phase label
+        self.phase_sums: dict[tuple[str, int | None], dict[_RankKey, float]] = {}
 
     def add_rank_value(self, field_name: str, dp_rank: int | None, rank_key: _RankKey, value: float) -> None:
         key = (field_name, dp_rank)
@@ -388,6 +401,12 @@ def _read_sample(
         acc.dp_ranks.add(dp_rank)
         acc.add_rank_value(field_name, dp_rank, rank_key or (0, 0, 0), value)
         return
+    if kind == _KIND_PHASE:
+        acc.dp_ranks.add(dp_rank)
+        per_rank = acc.phase_sums.setdefault((field_name, dp_rank), {})
+        key = rank_key or (0, 0, 0)
+        per_rank[key] = per_rank.get(key, 0.0) + value
+        return
     if rank_key is not None:
         acc.dp_ranks.add(dp_rank)
     if kind == _KIND_GLOBAL_COUNTER:
@@ -454,6 +473,8 @@ def _build(acc: _Accumulator, families: set[str]) -> MetricsObservation:
     by_rank: dict[int | None, dict[str, float | int]] = {dp: {} for dp in acc.dp_ranks}
     for (field_name, dp_rank), (_, value) in acc.rank_values.items():
         by_rank.setdefault(dp_rank, {})[field_name] = _as_number(field_name, value)
+    for (field_name, dp_rank), per_rank in acc.phase_sums.items():
+        by_rank.setdefault(dp_rank, {})[field_name] = per_rank[min(per_rank)]
     ranks = []
     for dp_rank in sorted(by_rank, key=lambda dp: -1 if dp is None else dp):
         values = by_rank[dp_rank]
