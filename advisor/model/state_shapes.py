@@ -494,6 +494,21 @@ _MODEL_TYPES = {
     "lfm2": "Lfm2ForCausalLM",
 }
 SUPPORTED_ARCHITECTURES = tuple(_ARCHITECTURES)
+_FAMILY_OF_READER: dict[_LayoutReader, str] = {
+    _gdn_layout: "gdn",
+    _nemotron_h_layout: "mamba2",
+    _falcon_h1_layout: "mamba2",
+    _granite_layout: "mamba2",
+    _kimi_linear_layout: "kda",
+    _mamba1_layout: "mamba1",
+    _lfm2_layout: "shortconv",
+}
+
+
+def linear_family_of(architecture: str) -> str | None:
+    """The linear-attention family of a supported architecture ("gdn", "kda", ...), None when unknown."""
+    entry = _ARCHITECTURES.get(architecture)
+    return _FAMILY_OF_READER[entry[0]] if entry else None
 
 
 def _architecture_of(hf_config: Mapping[str, Any]) -> str:

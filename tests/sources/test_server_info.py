@@ -214,3 +214,58 @@ def test_fetch_prefers_current_endpoints_and_reports_failures() -> None:
         loads = fetch_loads(client, server.base_url)
         assert loads.ok and len(parse_loads(loads.body)) == 2  # type: ignore[arg-type]
         assert [path for path, _ in server.requests] == ["/server_info", "/v1/loads"]
+
+
+# --- issue 9: pool rules the body carries --------------------------------------------------------
+
+
+def test_dcp_token_capacity_is_logical_and_physical_rows_are_split_out() -> None:
+    # SGLang 0.5.23 managers/tp_worker.py `get_worker_info` returns `logical_max_total_num_tokens`
+    # (model_runner.py: rows * attn_dcp_size, kv_cache_configurator.py `logical_token_capacity`), and
+    # internal_state.py puts it in memory_usage.token_capacity; kvcache GB covers the physical rows.
+    body = _body("server_info-tp8-default.json")
+    body["dcp_size"] = 8
+    state = body["internal_states"][0]
+    state["memory_usage"]["token_capacity"] = 8 * 1167552
+    info = parse_server_info(body)
+    shard = info.shards[0]
+    assert info.serving.dcp_size == 8
+    assert shard.kv_capacity_tokens == 8 * 1167552
+    assert shard.kv_capacity_physical_tokens == 1167552
+    # bytes per token from the physical rows equal the non-DCP body's
+    plain = parse_server_info(_body("server_info-tp8-default.json")).shards[0]
+    assert plain.kv_capacity_physical_tokens == plain.kv_capacity_tokens
+    assert shard.kv_cache_gb / shard.kv_capacity_physical_tokens == plain.kv_cache_gb / plain.kv_capacity_tokens
+
+
+def test_graph_memory_sums_the_capture_phases() -> None:
+    body = _body("server_info-tp8-default.json")
+    graph = body["internal_states"][0]["memory_usage"]["graph"]
+    assert parse_server_info(body).shards[0].graph_gb == pytest.approx(sum(graph.values()))
+    graph["target_verify"] = "a lot"
+    with pytest.raises(InputError, match="graph"):
+        parse_server_info(body)
+
+
+def test_decode_lock_skip_is_assumed_without_env_vars() -> None:
+    # internal_state.py:140-142: env_vars only under SGLANG_EXPOSE_OWN_ENV_VARS=1.
+    body = _body("server_info-tp8-default.json")
+    assert "env_vars" not in body["internal_states"][0]
+    serving = parse_server_info(body).serving
+    assert (serving.skip_decode_lock, serving.skip_decode_lock_source) == (False, "assumed")
+    body["internal_states"][0]["env_vars"] = {"SGLANG_EXPOSE_OWN_ENV_VARS": "1"}
+    serving = parse_server_info(body).serving
+    assert (serving.skip_decode_lock, serving.skip_decode_lock_source) == (False, "env_vars")
+    assert slots_per_request(serving) == 5
+
+
+def test_architecture_and_backend_decide_extra_buffer_capability() -> None:
+    # arg_groups/overrides.py:438-450 `supports_mamba_cache_extra_buffer`: listed architecture AND triton.
+    body = _body("server_info-tp8-default.json")
+    body["mamba_radix_cache_strategy"] = "auto"
+    assert slots_per_request(parse_server_info(body, architecture="Qwen3NextForCausalLM").serving) == 5
+    lfm2 = parse_server_info(body, architecture="Lfm2ForCausalLM").serving
+    assert (lfm2.supports_extra_buffer, lfm2.linear_family, slots_per_request(lfm2)) == (False, "shortconv", 3)
+    body["linear_attn_backend"] = "flashinfer"
+    assert slots_per_request(parse_server_info(body, architecture="Qwen3NextForCausalLM").serving) == 3
+    assert parse_server_info(body, architecture="Qwen3NextForCausalLM").serving.linear_family == "gdn"
