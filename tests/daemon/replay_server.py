@@ -1,16 +1,15 @@
-"""A loopback HTTP server that replays genuine SGLang bodies from the vendored fixtures, with fault modes."""
+"""Genuine SGLang bodies (vendored fixtures) served by the tests' loopback server, with fault modes."""
 
 from __future__ import annotations
 
-import threading
-import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
+from support import FIXTURES, LoopbackServer, Route
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+FAULTS = ("none", "hang", "http500", "garbage", "truncate")
 
 
-class ReplayServer:
+class ReplayServer(LoopbackServer):
+    """/metrics and /server_info from the fixtures; `fault` switches every answer to one failure mode."""
+
     def __init__(self, metrics: str = "sglang-0.5.23-single.prom", server_info: str = "server_info-single-kvbound.json") -> None:
         self.bodies = {
             "/metrics": (FIXTURES / "metrics" / metrics).read_bytes(),
@@ -18,49 +17,21 @@ class ReplayServer:
         }
         self.fault = "none"
         self.hang_seconds = 10.0
-        self.requests: list[str] = []
-        self._release = threading.Event()
-        outer = self
+        super().__init__({path: self._answer(path) for path in self.bodies})
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802
-                outer.requests.append(self.path)
-                if outer.fault == "hang":
-                    outer._release.wait(outer.hang_seconds)
-                    return
-                if outer.fault == "http500":
-                    self.send_error(500, "boom")
-                    return
-                body = outer.bodies.get(self.path.split("?")[0])
-                if body is None:
-                    self.send_error(404)
-                    return
-                if outer.fault == "garbage" and self.path == "/metrics":
-                    body = b"\x00\x01 this is not an exposition {{{\n"
-                if outer.fault == "truncate" and self.path == "/metrics":
-                    body = body[: len(body) // 2]
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+    def _answer(self, path: str):
+        def route(_headers: dict[str, str]) -> Route:
+            if self.fault not in FAULTS:
+                raise ValueError(f"unknown fault {self.fault!r}")
+            body = self.bodies[path]
+            if self.fault == "hang":
+                return 200, "text/plain", body, self.hang_seconds
+            if self.fault == "http500":
+                return 500, "text/plain", b"boom", 0.0
+            if self.fault == "garbage" and path == "/metrics":
+                return 200, "text/plain", b"\x00\x01 this is not an exposition {{{\n", 0.0
+            if self.fault == "truncate" and path == "/metrics":
+                return 200, "text/plain", body[: len(body) // 2], 0.0
+            return 200, "text/plain" if path == "/metrics" else "application/json", body, 0.0
 
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
-
-    def __enter__(self) -> ReplayServer:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._release.set()
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        time.sleep(0)
+        return route

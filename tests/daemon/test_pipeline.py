@@ -2,7 +2,8 @@
 
 
 import pytest
-from replay_server import FIXTURES, ReplayServer
+from replay_server import ReplayServer
+from support import FIXTURES
 
 from advisor.config import config_from_dict
 from advisor.daemon.runner import Advisor

@@ -9,33 +9,16 @@ Import the fixture into a test module with `from prom_harness import prometheus_
 
 from __future__ import annotations
 
-import os
-import shutil
 import signal
-import socket
 import subprocess
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 import requests
 import yaml
-
-REQUIRE_BINARIES_ENV = "POOL_ADVISOR_REQUIRE_BINARIES"
-T = TypeVar("T")
-
-
-def require_binary(name: str) -> str:
-    """Absolute path of `name`; skip (or fail under POOL_ADVISOR_REQUIRE_BINARIES=1) when absent."""
-    path = shutil.which(name)
-    if path:
-        return path
-    message = f"`{name}` not found on PATH; install it with `apt-get install prometheus`"
-    if os.environ.get(REQUIRE_BINARIES_ENV) == "1":
-        pytest.fail(f"{message} ({REQUIRE_BINARIES_ENV}=1 forbids skipping)")
-    pytest.skip(message)
+from support import REQUIRE_BINARIES_ENV, free_loopback_port, require_binary, wait_for  # noqa: F401 (re-exported)
 
 
 def run_promtool(*args: str, stdin: str | None = None, timeout: float = 30) -> subprocess.CompletedProcess[str]:
@@ -44,24 +27,6 @@ def run_promtool(*args: str, stdin: str | None = None, timeout: float = 30) -> s
     return subprocess.run(
         [promtool, *args], input=stdin, capture_output=True, text=True, timeout=timeout, check=False
     )
-
-
-def free_loopback_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def wait_for(check: Callable[[], T | None], timeout: float, interval: float = 0.2, what: str = "condition") -> T:
-    """Poll `check` until it returns something truthy, at most `timeout` seconds; raise TimeoutError."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() >= deadline:
-            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
 
 
 class PrometheusServer:

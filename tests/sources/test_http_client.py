@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 import pytest
-from sources_loopback import LoopbackServer, closed_port_url
+from support import LoopbackServer, closed_port_url
 
 from advisor.sources.http import HttpClient, redact_url
 

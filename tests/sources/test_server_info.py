@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
-from sources_loopback import LoopbackServer
+from support import LoopbackServer
 
 from advisor.errors import InputError
 from advisor.model.serving import slots_per_request
