@@ -23,6 +23,7 @@ from urllib.parse import parse_qs, urlsplit
 from advisor.model.pools import GIB, PoolSplit
 from advisor.model.serving import resolve_strategy, slots_per_request, spec_enabled
 from advisor.sim import sglang_logs
+from advisor.sim.clock import ManualClock, SystemClock
 from advisor.sim.config import SimServerConfig
 from advisor.sim.engine import Simulator
 from advisor.sim.exposition import (
@@ -101,6 +102,7 @@ class EmulatedServer:
         tick_seconds: float = TICK_SECONDS,
         collect_tokens_histogram: bool = False,
         priority_scheduling: bool = False,
+        clock: SystemClock | ManualClock | None = None,
     ) -> None:
         check_profile(version_profile)
         if not speed > 0:
@@ -119,6 +121,7 @@ class EmulatedServer:
         self._log_path = log_path
         self._request_log_path = request_log_path
         self._lock = threading.RLock()
+        self._clock = clock or SystemClock()  # a ManualClock makes the simulation move only when a test says so
         self._stopping = threading.Event()
         self._fault = "none"
         self._httpd: ThreadingHTTPServer | None = None
@@ -231,6 +234,11 @@ class EmulatedServer:
             self._config = config
             self._boot(config)
 
+    def sync(self) -> None:
+        """Fold in everything the simulation did up to the clock's now (writes the logs it produced)."""
+        with self._lock:
+            self._advance()
+
     def set_fault(self, mode: str) -> None:
         if mode not in FAULT_MODES:
             raise ValueError(f"unknown fault mode {mode!r}; expected one of {', '.join(FAULT_MODES)}")
@@ -243,7 +251,7 @@ class EmulatedServer:
     # ------------------------------------------------------------------ simulation
 
     def _sim_now(self) -> float:
-        return (time.monotonic() - self._wall_anchor) * self._speed
+        return (self._clock.monotonic() - self._wall_anchor) * self._speed
 
     def _wall_time_of(self, sim_time: float) -> float:
         return self._epoch_anchor + sim_time / self._speed
@@ -279,8 +287,8 @@ class EmulatedServer:
             snap = sim.snapshot()
             self._workers.append(_Worker(sim, WorkerView(snap, snap, queue_time=Histogram(queue_buckets))))
         self._tokenizer = TokenizerStats(self._profile, self._collect_tokens_histogram)
-        self._wall_anchor = time.monotonic()
-        self._epoch_anchor = time.time()
+        self._wall_anchor = self._clock.monotonic()
+        self._epoch_anchor = self._clock.time()
         figures = self._boot_figures(config, split, weight_gb, startup_gb)
         self._write_log(
             sglang_logs.boot_block(
