@@ -8,6 +8,7 @@ import json
 from dataclasses import replace
 from typing import Any
 
+from advisor.commands import recommend_store
 from advisor.errors import InputError
 from advisor.model.advice import MemoryFacts, advise
 from advisor.model.pools import GIB, ByteConstants, kv_capacity_requests, split_pools
@@ -26,7 +27,7 @@ def register(sub: Any) -> None:
     src.add_argument("--tp-size", type=int, help="tensor-parallel size (for --model-config)")
     src.add_argument("--ssm-dtype", choices=("float32", "bfloat16", "float16"), help="--mamba-ssm-dtype")
     src.add_argument("--kv-dtype", help="--kv-cache-dtype (auto, bf16, fp8_e4m3, fp8_e5m2)")
-    p.add_argument("--context-length", "-L", type=float, required=True, metavar="L", help="mean context per request (input + output tokens)")
+    p.add_argument("--context-length", "-L", type=float, metavar="L", help="mean context per request (input + output tokens); required without --prometheus-url")
     p.add_argument("--strategy", choices=STRATEGIES, help="--mamba-radix-cache-strategy (default: from the boot log, else auto)")
     p.add_argument("--disable-radix-cache", action="store_true", default=None)
     p.add_argument("--disable-overlap-schedule", action="store_true", default=None)
@@ -38,6 +39,7 @@ def register(sub: Any) -> None:
     p.add_argument("--page-size", type=int)
     p.add_argument("--rest-gib", type=float, help="per-GPU GiB for both pools (else from the boot log)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    recommend_store.add_arguments(p)
     p.set_defaults(handler=run)
 
 
@@ -45,7 +47,7 @@ def _boot_config(boot: BootInfo | None) -> ServingConfig:
     """The serving config a boot log's `server_args=` line records (SGLang's defaults where it is silent)."""
     if boot is None:
         return ServingConfig()
-    return serving_config_from_args(boot.server_args, where="boot log server_args")
+    return serving_config_from_args(boot.effective_server_args, where="boot log server_args")
 
 
 def _serving_config(args: argparse.Namespace, boot: BootInfo | None) -> ServingConfig:
@@ -100,6 +102,10 @@ def _constants(args: argparse.Namespace, boot: BootInfo | None, config: ServingC
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.prometheus_url:
+        return recommend_store.run(args)
+    if args.context_length is None:
+        raise InputError("--context-length is required (or give --prometheus-url for one recommendation per server)")
     boot = read_boot_log(args.boot_log) if args.boot_log else None
     config = _serving_config(args, boot)
     constants = _constants(args, boot, config)
