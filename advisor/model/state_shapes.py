@@ -736,6 +736,64 @@ def model_bytes(
     )
 
 
+# SGLang 0.5.23's default `--linear-replayssm-cache-len` (arg_groups/fields/exec_.py:582-585).
+DEFAULT_REPLAYSSM_CACHE_LEN = 16
+
+
+def replayssm_ring_bytes_per_request(
+    hf_config: Mapping[str, Any],
+    *,
+    tp_size: int = 1,
+    record_len: int = DEFAULT_REPLAYSSM_CACHE_LEN,
+    conv_dtype: str = "bfloat16",
+) -> int:
+    """ReplaySSM spec-verify ring bytes of one request over all GDN/KDA layers on one GPU:
+    `BaseLinearStateParams.replayssm_ring_bytes_per_req` (configs/mamba_utils.py:127-157). `record_len` is
+    `--linear-replayssm-cache-len`, the length `_handle_max_mamba_cache` sizes with; `conv_dtype` is
+    SGLANG_MAMBA_CONV_DTYPE. Other families have no ring (InputError)."""
+    if record_len < 1:
+        raise InputError(f"record_len (--linear-replayssm-cache-len) must be >= 1, got {record_len}")
+    architecture = _architecture_of(hf_config)
+    entry = _ARCHITECTURES.get(architecture)
+    family = linear_family_of(architecture)
+    if entry is None or family not in ("gdn", "kda"):
+        raise InputError(f"{architecture}: ReplaySSM rings exist only for GDN and KDA models")
+    reader, nested = entry
+    fields = _Fields(hf_config, architecture)
+    if nested:
+        fields = fields.sub("text_config")
+    layers = reader(fields, tp_size).linear_layers
+    conv_b = _STATE_DTYPE_BYTES[_state_dtype_name(conv_dtype, "conv dtype")]
+    fp32_b = 4
+    if family == "kda":
+        linear = fields.sub("linear_attn_config")
+        heads = linear.positive_int("num_heads")
+        hv = _divide(heads, tp_size, "KDA heads", architecture)
+        h_k = -(-heads // tp_size)  # num_k_heads defaults to num_heads
+        v_dim = k_dim = linear.positive_int("head_dim")
+        per_layer = (
+            hv * record_len * v_dim * conv_b  # raw v
+            + h_k * record_len * k_dim * conv_b  # raw k
+            + hv * record_len * fp32_b  # beta
+            + hv * record_len * k_dim * fp32_b  # vector g
+            + hv * record_len * v_dim * conv_b  # d
+            + h_k * record_len * k_dim * conv_b  # k
+        )
+    else:
+        hv = _divide(fields.positive_int("linear_num_value_heads"), tp_size, "SSM heads", architecture)
+        h_k = -(-fields.positive_int("linear_num_key_heads") // tp_size)
+        v_dim = fields.positive_int("linear_value_head_dim")
+        k_dim = fields.positive_int("linear_key_head_dim")
+        per_layer = (
+            hv * record_len * v_dim * conv_b  # d
+            + h_k * record_len * k_dim * conv_b  # normalized k
+            + hv * record_len * fp32_b  # scalar g
+        )
+        if conv_b != fp32_b:  # low parts of the activation-dtype d/k rings
+            per_layer += hv * record_len * v_dim * conv_b + h_k * record_len * k_dim * conv_b
+    return per_layer * layers
+
+
 def dcp_kv_gain(
     hf_config: Mapping[str, Any], *, tp_size: int, dcp_size: int, kv_dtype: str = "auto"
 ) -> float:

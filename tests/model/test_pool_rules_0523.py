@@ -196,3 +196,20 @@ def test_pp_charges_the_largest_stage_share():
     # KV: the fullest stages ([18, 28) and [38, 48)) hold 3 attention layers of 12
     assert staged.kv_bytes_per_token == whole.kv_bytes_per_token * 3 // 12
     assert pp_charged_share(tuple(range(36)), 48, 1) == 1.0
+
+
+def test_replayssm_ring_bytes_from_a_model_config():
+    # configs/mamba_utils.py:127-157 `replayssm_ring_bytes_per_req`, record_len 16 (exec_.py:582-585).
+    from advisor.model.state_shapes import replayssm_ring_bytes_per_request
+
+    qwen = load_hf_config(CONFIGS / QWEN3_NEXT)  # 36 GDN layers; 32 value / 16 key heads of 128
+    # TP4: hv 8, h_k 4. bf16: d 8*16*128*2 + k 4*16*128*2 + g 8*16*4 + the two low parts again
+    per_layer = 32768 + 16384 + 512 + 32768 + 16384
+    assert replayssm_ring_bytes_per_request(qwen, tp_size=4) == per_layer * 36
+    # fp32 conv dtype: no low parts, but 4-byte d and k
+    assert replayssm_ring_bytes_per_request(qwen, tp_size=4, conv_dtype="float32") == (65536 + 32768 + 512) * 36
+    kimi = load_hf_config(CONFIGS / KIMI_LINEAR)  # 20 KDA layers; 32 heads of 128
+    # TP4: hv = h_k = 8. raw v, raw k, d, k at bf16 (4 * 32768), beta 8*16*4, vector g 8*16*128*4
+    assert replayssm_ring_bytes_per_request(kimi, tp_size=4) == (4 * 32768 + 512 + 65536) * 20
+    with pytest.raises(InputError, match="GDN and KDA"):
+        replayssm_ring_bytes_per_request(load_hf_config(CONFIGS / "granite-4.0-h-small.json"))
