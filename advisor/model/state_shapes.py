@@ -45,6 +45,8 @@ class ModelBytes:
     # Under PP, the share of all state layers each stage is charged for (the largest stage's share,
     # kv_cache_configurator.py `_handle_max_mamba_cache`); conv/ssm bytes above are whole-model.
     pp_state_share: float = 1.0
+    # Attention layers the KV row covers (the fullest stage's under PP); None: all of them.
+    kv_row_attention_layers: int | None = None
 
     @property
     def state_bytes_per_slot(self) -> int:
@@ -733,7 +735,21 @@ def model_bytes(
         dcp_size=dcp_size,
         pp_size=pp_size,
         pp_state_share=state_share,
+        kv_row_attention_layers=attention_layers,
     )
+
+
+def eagle_draft_kv_bytes_per_token(model: ModelBytes, draft_layers: int) -> int:
+    """Draft KV bytes SGLang adds to the per-row cell under EAGLE/MTP/STANDALONE:
+    `int(cell * draft_layers / layers)` (model_executor/pool_configurator.py `DefaultPoolConfigurator.__init__`,
+    which assumes the draft reuses the target's per-layer KV size). `draft_layers` is the draft's
+    num_nextn_predict_layers (or its layer count with a separate draft model)."""
+    if draft_layers < 0:
+        raise InputError(f"draft_layers must be >= 0, got {draft_layers}")
+    layers = model.kv_row_attention_layers if model.kv_row_attention_layers is not None else model.num_attention_layers
+    if layers == 0:
+        return 0
+    return int(model.kv_bytes_per_token * draft_layers / layers)
 
 
 # SGLang 0.5.23's default `--linear-replayssm-cache-len` (arg_groups/fields/exec_.py:582-585).

@@ -213,3 +213,14 @@ def test_replayssm_ring_bytes_from_a_model_config():
     assert replayssm_ring_bytes_per_request(kimi, tp_size=4) == (4 * 32768 + 512 + 65536) * 20
     with pytest.raises(InputError, match="GDN and KDA"):
         replayssm_ring_bytes_per_request(load_hf_config(CONFIGS / "granite-4.0-h-small.json"))
+
+
+def test_eagle_draft_kv_from_a_model_config():
+    # model_executor/pool_configurator.py `DefaultPoolConfigurator.__init__`: cell += int(cell * draft / layers).
+    from advisor.model.state_shapes import eagle_draft_kv_bytes_per_token
+
+    qwen = model_bytes(load_hf_config(CONFIGS / QWEN3_NEXT), tp_size=8)  # 12 attention layers
+    assert eagle_draft_kv_bytes_per_token(qwen, 1) == qwen.kv_bytes_per_token // 12
+    # under PP the fullest stage's attention layers are the denominator (3 of 12 at pp 5)
+    staged = model_bytes(load_hf_config(CONFIGS / QWEN3_NEXT), tp_size=8, pp_size=5)
+    assert eagle_draft_kv_bytes_per_token(staged, 1) == staged.kv_bytes_per_token // 3
