@@ -1,21 +1,32 @@
 """A small HTTP client for SGLang's endpoints whose failures are values, not exceptions.
 
 Every call returns a `FetchResult` with a one-line error (connection refused, timeout, HTTP 5xx, a body that
-is not JSON, a body too large) so the daemon can count failures and carry on. The API key travels only in
-the `Authorization: Bearer` header; it never appears in an error, a repr or a log line.
+is not JSON, a body too large) so the daemon can count failures and carry on. Each GET has one total deadline
+(connect + headers + body) that holds even against a server trickling one byte at a time: every socket read
+gets only the time left. Secrets (the API key, a password in the URL) never appear in an error, a repr or a
+log line: messages are scrubbed before they are cut to one line.
 """
 
 from __future__ import annotations
 
+import base64
+import http.client
+import io
 import json
+import socket
+import ssl
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
-
-import requests
+from urllib.parse import SplitResult, unquote, urlsplit, urlunsplit
 
 DEFAULT_MAX_BODY_BYTES = 64 << 20
+_READ_CHUNK = 1 << 16
+
+
+class DeadlineExceeded(TimeoutError):
+    """The request's total deadline passed (raised by the socket reader, caught in `_get`)."""
 
 
 @dataclass(frozen=True)
@@ -43,31 +54,133 @@ def redact_url(url: str) -> str:
 
 
 def _one_line(text: str, limit: int = 160) -> str:
-    flat = " ".join(text.split())
+    flat = " ".join(text[: limit * 8].split())
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
-def _describe_connection_error(exc: requests.exceptions.ConnectionError) -> str:
-    text = str(exc)
-    lowered = text.lower()
-    if "refused" in lowered:
-        return "connection refused"
-    if (
-        "name or service not known" in lowered
-        or "nodename nor servname" in lowered
-        or "getaddrinfo" in lowered
-    ):
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"non-standard JSON constant {name}")
+
+
+class _DeadlineReader(io.RawIOBase):
+    """A socket's read side where every read waits at most until the owning connection's deadline."""
+
+    def __init__(self, owner: _DeadlineSocket, sock: socket.socket, connection: _DeadlineConnection) -> None:
+        self._owner = owner
+        self._sock = sock
+        self._connection = connection
+
+    def readable(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        if not self.closed:
+            self._owner.release_reader()
+        super().close()
+
+    def readinto(self, buffer: Any) -> int:
+        remaining = self._connection.deadline - time.monotonic()
+        if remaining <= 0:
+            raise DeadlineExceeded("deadline passed")
+        self._sock.settimeout(remaining)
+        return self._sock.recv_into(buffer)
+
+
+class _DeadlineSocket:
+    """Wraps a connected socket for http.client: sends and reads are bounded by the connection's deadline."""
+
+    def __init__(self, sock: socket.socket, connection: _DeadlineConnection) -> None:
+        self._sock = sock
+        self._connection = connection
+        self._readers = 0  # like socket.makefile: the socket really closes once its readers are closed too
+        self._closing = False
+
+    def makefile(self, mode: str = "rb", *args: Any, **kwargs: Any) -> io.BufferedReader:
+        self._readers += 1
+        return io.BufferedReader(_DeadlineReader(self, self._sock, self._connection))
+
+    def release_reader(self) -> None:
+        self._readers -= 1
+        if self._closing and self._readers <= 0:
+            self._sock.close()
+
+    def sendall(self, data: bytes) -> None:
+        remaining = self._connection.deadline - time.monotonic()
+        if remaining <= 0:
+            raise DeadlineExceeded("deadline passed")
+        self._sock.settimeout(remaining)
+        self._sock.sendall(data)
+
+    def close(self) -> None:
+        self._closing = True
+        if self._readers <= 0:
+            self._sock.close()
+
+    def shutdown(self, how: int) -> None:
+        self._sock.shutdown(how)
+
+    def fileno(self) -> int:
+        return self._sock.fileno()
+
+
+class _DeadlineConnection(http.client.HTTPConnection):
+    """http.client's connection whose socket honours `self.deadline` (time.monotonic()) in every step."""
+
+    def __init__(self, host: str, port: int, tls: ssl.SSLContext | None) -> None:
+        super().__init__(host, port)
+        self.deadline = 0.0
+        self._tls = tls
+
+    def connect(self) -> None:
+        remaining = self.deadline - time.monotonic()
+        if remaining <= 0:
+            raise DeadlineExceeded("deadline passed")
+        sock = socket.create_connection((self.host, self.port), timeout=remaining)
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self._tls is not None:
+                sock.settimeout(max(self.deadline - time.monotonic(), 0.001))
+                sock = self._tls.wrap_socket(sock, server_hostname=self.host)
+        except BaseException:
+            sock.close()
+            raise
+        self.sock = _DeadlineSocket(sock, self)  # type: ignore[assignment]
+
+
+def _describe_os_error(exc: OSError) -> str:
+    if isinstance(exc, socket.gaierror):
         return "cannot resolve host"
-    if "remotedisconnected" in lowered or "connection aborted" in lowered or "reset by peer" in lowered:
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(exc, (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError, ConnectionAbortedError)):
         return "connection closed by the server"
-    if "ssl" in lowered:
+    if isinstance(exc, ssl.SSLError):
         return "TLS error"
     return f"connection failed ({type(exc).__name__})"
 
 
+class _Target:
+    """A URL split into what a connection needs; credentials stay here and in the Authorization header."""
+
+    def __init__(self, url: str) -> None:
+        parts: SplitResult = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("invalid URL")
+        self.tls = parts.scheme == "https"
+        self.host = parts.hostname
+        self.port = parts.port or (443 if self.tls else 80)  # .port raises ValueError when out of range
+        self.path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        self.username = unquote(parts.username) if parts.username is not None else None
+        self.password = unquote(parts.password) if parts.password is not None else None
+
+    @property
+    def key(self) -> tuple[bool, str, int]:
+        return (self.tls, self.host, self.port)
+
+
 class HttpClient:
-    """GETs over one pooled `requests.Session`. Proxies and .netrc from the environment are ignored
-    unless `trust_env=True` (a .netrc entry would otherwise replace our Authorization header)."""
+    """GETs over one kept-alive connection per host. Proxies and .netrc are never consulted. Thread-safe
+    (calls are serialised). `close()` may be called from another thread to abandon a call in progress."""
 
     def __init__(
         self,
@@ -76,21 +189,39 @@ class HttpClient:
         *,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         trust_env: bool = False,
+        tls_context: ssl.SSLContext | None = None,
     ) -> None:
-        if not timeout_seconds > 0:
-            raise ValueError(f"timeout_seconds must be > 0, got {timeout_seconds}")
+        if not timeout_seconds > 0 or timeout_seconds == float("inf"):
+            raise ValueError(f"timeout_seconds must be > 0 and finite, got {timeout_seconds}")
+        if max_body_bytes < 1:
+            raise ValueError(f"max_body_bytes must be >= 1, got {max_body_bytes}")
         self.timeout_seconds = float(timeout_seconds)
         self.max_body_bytes = int(max_body_bytes)
         self._api_key = api_key or None
-        self._session = requests.Session()
-        self._session.trust_env = trust_env
+        self._trust_env = trust_env  # kept for callers; the environment is never read
+        self._tls_context = tls_context
+        self._connections: dict[tuple[bool, str, int], _DeadlineConnection] = {}
+        self._lock = threading.Lock()
+        self._secrets: set[str] = set()
+        if self._api_key:
+            self._secrets.add(self._api_key)
 
     def __repr__(self) -> str:
         key = "set" if self._api_key else "none"
         return f"HttpClient(timeout_seconds={self.timeout_seconds:g}, api_key={key})"
 
     def close(self) -> None:
-        self._session.close()
+        for connection in list(self._connections.values()):
+            try:
+                if connection.sock is not None:
+                    connection.sock.shutdown(socket.SHUT_RDWR)  # wakes a read in progress in another thread
+            except OSError:
+                pass
+            try:
+                connection.close()
+            except OSError:
+                pass
+        self._connections.clear()
 
     def __enter__(self) -> HttpClient:
         return self
@@ -104,10 +235,53 @@ class HttpClient:
     def get_json(self, url: str) -> FetchResult:
         return self._get(url, want_json=True)
 
-    def _scrub(self, message: str) -> str:
-        if self._api_key and self._api_key in message:
-            message = message.replace(self._api_key, "<redacted>")
+    def scrub(self, message: str) -> str:
+        """`message` with every secret this client knows replaced; call before any truncation."""
+        for secret in self._secrets:
+            if secret and secret in message:
+                message = message.replace(secret, "<redacted>")
         return message
+
+    _scrub = scrub
+
+    def snippet(self, text: str, limit: int) -> str:
+        """At most `limit` characters of `text` on one line, secrets scrubbed BEFORE the cut (a cut secret
+        would no longer match and half of it would leak)."""
+        longest = max((len(s) for s in self._secrets), default=0)
+        return _one_line(self.scrub(text[: limit * 8 + longest]), limit)
+
+    def _tls(self) -> ssl.SSLContext:
+        if self._tls_context is None:
+            self._tls_context = ssl.create_default_context()
+        return self._tls_context
+
+    def _connection(self, target: _Target) -> tuple[_DeadlineConnection, bool]:
+        existing = self._connections.get(target.key)
+        if existing is not None and existing.sock is not None:
+            return existing, True
+        connection = _DeadlineConnection(target.host, target.port, self._tls() if target.tls else None)
+        self._connections[target.key] = connection
+        return connection, False
+
+    def _drop(self, target: _Target) -> None:
+        connection = self._connections.pop(target.key, None)
+        if connection is not None:
+            connection.close()
+
+    def _headers(self, target: _Target, want_json: bool) -> dict[str, str]:
+        headers = {
+            "Accept": "application/json" if want_json else "text/plain, */*;q=0.5",
+            "Accept-Encoding": "identity",
+            "User-Agent": "sglang-pool-advisor",
+        }
+        if self._api_key:
+            headers["Authorization"] = f"Bearer {self._api_key}"
+        elif target.username is not None:
+            pair = f"{target.username}:{target.password or ''}".encode()
+            token = base64.b64encode(pair).decode("ascii")
+            self._secrets.add(token)
+            headers["Authorization"] = f"Basic {token}"
+        return headers
 
     def _get(self, url: str, *, want_json: bool) -> FetchResult:
         shown = redact_url(url)
@@ -118,67 +292,104 @@ class HttpClient:
                 ok=False,
                 status=status,
                 body=body,
-                error=self._scrub(f"GET {shown}: {message}"),
+                error=_one_line(self.scrub(f"GET {shown}: {message}"), 400),
                 elapsed_seconds=time.monotonic() - started,
                 url=shown,
             )
 
-        headers = {"Accept": "application/json" if want_json else "text/plain, */*;q=0.5"}
-        if self._api_key:
-            headers["Authorization"] = f"Bearer {self._api_key}"
         try:
-            response = self._session.get(url, headers=headers, timeout=self.timeout_seconds, stream=True)
-        except requests.exceptions.Timeout:
-            return failed(f"timed out after {self.timeout_seconds:g}s")
-        except requests.exceptions.ConnectionError as exc:
-            return failed(_describe_connection_error(exc))
-        except (
-            requests.exceptions.InvalidURL,
-            requests.exceptions.MissingSchema,
-            requests.exceptions.InvalidSchema,
-        ):
+            target = _Target(url)
+        except ValueError:
             return failed("invalid URL")
-        except requests.exceptions.RequestException as exc:
-            return failed(f"request failed ({type(exc).__name__})")
-        try:
-            raw, problem = self._read_body(response, started)
-        finally:
-            response.close()
+        if target.password:
+            self._secrets.add(target.password)
+        with self._lock:
+            try:
+                status, reason, content_type, raw, problem = self._exchange(target, want_json, started)
+            except TimeoutError:  # DeadlineExceeded, or a socket timeout within the remaining time
+                self._drop(target)
+                return failed(f"timed out after {self.timeout_seconds:g}s")
+            except http.client.HTTPException as exc:
+                self._drop(target)
+                if isinstance(exc, http.client.RemoteDisconnected):
+                    return failed("connection closed by the server")
+                return failed(f"malformed HTTP response ({type(exc).__name__})")
+            except OSError as exc:
+                self._drop(target)
+                return failed(_describe_os_error(exc))
+            except (ValueError, UnicodeError) as exc:  # a header value http.client refuses, a bad host
+                self._drop(target)
+                return failed(f"request failed ({type(exc).__name__})")
         if problem is not None:
-            return failed(problem, status=response.status_code)
-        text = raw.decode(response.encoding or "utf-8", errors="replace")
-        status = response.status_code
+            return failed(problem, status=status)
+        text = raw.decode(_charset(content_type), errors="replace")
         if status >= 400:
-            reason = response.reason or ""
-            snippet = _one_line(text, 120)
+            snippet = self.snippet(text, 120)
             detail = f"HTTP {status} {reason}".rstrip() + (f": {snippet}" if snippet else "")
             return failed(detail, status=status, body=text)
         if not want_json:
             return FetchResult(True, status, text, None, time.monotonic() - started, shown)
         try:
-            decoded = json.loads(text)
+            decoded = json.loads(text, parse_constant=_reject_constant)
+        except RecursionError:
+            return failed("JSON response nested too deeply", status=status, body=None)
         except ValueError:
-            return failed(f"response is not JSON: {_one_line(text, 80)!r}", status=status, body=text)
+            return failed(f"response is not JSON: {self.snippet(text, 80)!r}", status=status, body=text)
         if not isinstance(decoded, (dict, list)):
             return failed(
                 f"JSON response is a {type(decoded).__name__}, not an object", status=status, body=text
             )
         return FetchResult(True, status, decoded, None, time.monotonic() - started, shown)
 
-    def _read_body(self, response: requests.Response, started: float) -> tuple[bytes, str | None]:
-        """The body, or an error when it exceeds the size cap or the whole read the timeout."""
+    def _exchange(
+        self, target: _Target, want_json: bool, started: float
+    ) -> tuple[int, str, str, bytes, str | None]:
+        """One request/response on a (possibly kept-alive) connection: status, reason, content type, body,
+        and a problem (body too large) or None. A reused connection the server closed is retried once."""
+        headers = self._headers(target, want_json)
+        for attempt in (0, 1):
+            connection, reused = self._connection(target)
+            connection.deadline = started + self.timeout_seconds
+            try:
+                connection.request("GET", target.path, headers=headers)
+                response = connection.getresponse()
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+                self._drop(target)
+                if reused and attempt == 0:
+                    continue
+                raise
+            raw, problem = self._read_body(response)
+            if problem is not None or response.will_close:
+                self._drop(target)
+            return response.status, response.reason or "", response.getheader("Content-Type", ""), raw, problem
+        raise http.client.RemoteDisconnected("connection closed")  # not reached: the loop returns or raises
+
+    def _read_body(self, response: http.client.HTTPResponse) -> tuple[bytes, str | None]:
+        """The body, or a problem when it exceeds the size cap (the deadline is enforced by the socket)."""
+        declared = response.getheader("Content-Length")
+        if declared is not None and declared.strip().isdigit() and int(declared) > self.max_body_bytes:
+            return b"", f"body larger than {self.max_body_bytes} bytes"
         chunks: list[bytes] = []
         size = 0
-        try:
-            for chunk in response.iter_content(chunk_size=1 << 16):
-                size += len(chunk)
-                if size > self.max_body_bytes:
-                    return b"", f"body larger than {self.max_body_bytes} bytes"
-                if time.monotonic() - started > self.timeout_seconds:
-                    return b"", f"timed out after {self.timeout_seconds:g}s reading the body"
-                chunks.append(chunk)
-        except requests.exceptions.Timeout:
-            return b"", f"timed out after {self.timeout_seconds:g}s reading the body"
-        except requests.exceptions.RequestException as exc:
-            return b"", f"body read failed ({type(exc).__name__})"
+        while True:
+            chunk = response.read(_READ_CHUNK)
+            if not chunk:
+                break
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                return b"", f"body larger than {self.max_body_bytes} bytes"
+            chunks.append(chunk)
         return b"".join(chunks), None
+
+
+def _charset(content_type: str) -> str:
+    for part in content_type.split(";")[1:]:
+        key, _, value = part.strip().partition("=")
+        if key.lower() == "charset" and value:
+            name = value.strip().strip('"')
+            try:
+                "".encode(name)
+            except LookupError:
+                return "utf-8"
+            return name
+    return "utf-8"
