@@ -14,7 +14,13 @@ from pathlib import Path
 
 from advisor.errors import InputError
 from advisor.model.pools import GIB, ByteConstants
-from advisor.sources.formats import float_after, int_after, parse_server_args, word_after
+from advisor.sources.formats import (
+    AUTO_STRATEGY_BEFORE_KV_DTYPE,
+    float_after,
+    int_after,
+    parse_server_args,
+    word_after,
+)
 
 Rank = tuple[int, int, int]  # (dp, pp, tp)
 
@@ -76,6 +82,19 @@ class BootInfo:
     post_capture_kv: bool = False  # the KV pool was re-sized after CUDA-graph capture (0.5.17+)
     boots_in_file: int = 1
     page_size: int = 1
+
+    @property
+    def effective_server_args(self) -> dict[str, object]:
+        """`server_args`, plus what the log itself implies where that line is silent or absent: the TP size
+        from the ranks that printed, and `auto` resolved as the log's release did. Logs whose KV line has no
+        `dtype:` (<= 0.5.11) come from releases where `auto` always became no_buffer (formats.py)."""
+        args = dict(self.server_args)
+        if "tp_size" not in args and self.tp_ranks_seen > 1:
+            args["tp_size"] = self.tp_ranks_seen
+        field_name = "mamba_radix_cache_strategy" if "mamba_radix_cache_strategy" in args else "mamba_scheduler_strategy"
+        if self.kv_pool.dtype is None and args.get(field_name, "auto") == "auto":
+            args[field_name] = AUTO_STRATEGY_BEFORE_KV_DTYPE
+        return args
 
     @property
     def state_bytes_per_slot(self) -> float:

@@ -232,6 +232,14 @@ def formats_for(release: str) -> list[LineFormat]:
     return [f for f in LINE_FORMATS if f.covers(release)]
 
 
+# Not a line but a behaviour the readers must know the era of: up to 0.5.11 `--mamba-scheduler-strategy auto`
+# always became no_buffer (0.5.11 server_args.py:1079-1082, "TODO: when extra_buffer is more verified");
+# from 0.5.14 it becomes extra_buffer when overlap or paging is on and the model supports it (0.5.14
+# server_args.py:4385-4391, later arg_groups/overrides.py). A log whose KV line has no `dtype:` is <= 0.5.11.
+AUTO_STRATEGY_NO_BUFFER_LAST = "0.5.11"
+AUTO_STRATEGY_BEFORE_KV_DTYPE = "no_buffer"
+
+
 # Log eras the emulator writes (version profile -> how its boot block reads).
 @dataclass(frozen=True)
 class LogEra:

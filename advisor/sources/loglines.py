@@ -11,6 +11,7 @@ from __future__ import annotations
 import calendar
 import gc
 import json
+import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -41,6 +42,8 @@ class StatsLine:
     new_tokens: int | None  # prefill only
     cached_tokens: int | None  # prefill only
     accept_length: float | None = None  # decode with speculative decoding
+    # `#swa token:`: an SWA-hybrid attention model (full + sliding-window KV pools, no Mamba pool)
+    swa_used_tokens: int | None = None
 
 
 @dataclass(slots=True)
@@ -205,9 +208,23 @@ _NO_HEAD = _Head(None, None, None, (0, 0, 0, -1))
 _NO_RANKS: _RankInfo = (None, None, (0, 0, 0, -1))
 
 
+def _lost_its_bracket(line: str) -> bool:
+    """`2026-05-24 03:51:44 TP0] Decode batch, …`: a stamp, then `]` within a prefix's length."""
+    return (
+        len(line) > 20
+        and line[4] == "-"
+        and line[7] == "-"
+        and line[10] == " "
+        and line[13] == ":"
+        and line.find("]", 19, 120) > 0
+    )
+
+
 def _split_line(line: str) -> tuple[_Head | None, str]:
     """(prefix info, message). Head None means the line starts with '[' but the prefix is garbled."""
     if not line.startswith("["):
+        if line[:1].isdigit() and _lost_its_bracket(line):
+            return _split_line("[" + line)  # a pasted line that lost its leading `[` (real/030)
         return _NO_HEAD, line
     close = line.find("]", 20)
     if close < 0:
@@ -377,6 +394,7 @@ def _parse_stats_fields(message: str, kind: str, head: _Head) -> StatsLine | Non
             new_tokens=_int_or_none(fields, "#new-token"),
             cached_tokens=_int_or_none(fields, "#cached-token"),
             accept_length=_float_or_none(fields, "accept len"),
+            swa_used_tokens=_int_or_none(fields, "#swa token"),
         )
     except ValueError:
         return None
@@ -430,11 +448,14 @@ def _iso_time(value: Any) -> float | None:
     return calendar.timegm(moment.utctimetuple()) + moment.microsecond / 1e6
 
 
+_MAX_COUNT = 1 << 40  # no request has a trillion tokens: a larger count is a corrupt line
+
+
 def _count(value: Any) -> int | None:
-    """A token count from JSON; None when absent; ValueError when not a number."""
-    if value is None or type(value) is int:
-        return value
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    """A token count from JSON; None when absent; ValueError when not a finite, sane, non-negative number."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < _MAX_COUNT:
         raise ValueError(f"not a count: {value!r}")
     return int(value)
 
@@ -455,7 +476,9 @@ def _record_from_meta(
             completion,
             _count(meta.get("cached_tokens")) or 0,
             _count(meta.get("num_retractions")) or 0,
-            float(latency) if isinstance(latency, (int, float)) and not isinstance(latency, bool) else None,
+            float(latency)
+            if isinstance(latency, (int, float)) and not isinstance(latency, bool) and math.isfinite(latency)
+            else None,
             source,
         )
     except ValueError:
@@ -466,7 +489,23 @@ def _record_from_meta(
 # only the small meta_info object; anything unusual goes through a full json.loads.
 _JSON_HEAD = re.compile(r'\{"timestamp": "([^"\\]*)", "event": "([^"\\]*)"(?:, "rid": "([^"\\]*)")?')
 _META_KEY = '"meta_info": '
-_DECODER = json.JSONDecoder()
+
+
+def _reject_constant(name: str) -> float:
+    raise ValueError(f"non-finite JSON number {name}")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"non-finite JSON number {text}")
+    return value
+
+
+# Infinity / NaN / 1e400 make a line bad (counted, skipped), never a float that later fails to become an int;
+# nesting deep enough to exhaust the recursion limit is caught where the decoder is called.
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite_float)
+_JSON_ERRORS = (ValueError, RecursionError)
 
 
 def _parse_json_fast(message: str, head: _Head) -> tuple[RequestRecord | None, bool] | None:
@@ -481,7 +520,7 @@ def _parse_json_fast(message: str, head: _Head) -> tuple[RequestRecord | None, b
         return None
     try:
         meta, _ = _DECODER.raw_decode(message, at + len(_META_KEY))
-    except ValueError:
+    except _JSON_ERRORS:
         return None
     if not isinstance(meta, dict):
         return None
@@ -496,8 +535,8 @@ def _parse_json_message(message: str, head: _Head) -> tuple[RequestRecord | None
     if fast is not None:
         return fast
     try:
-        data = json.loads(message)
-    except ValueError:
+        data = _DECODER.decode(message)
+    except _JSON_ERRORS:
         return None, False
     if not isinstance(data, dict):
         return None, False
@@ -517,8 +556,8 @@ def _parse_json_message(message: str, head: _Head) -> tuple[RequestRecord | None
         parameters = data.get("request_parameters")
         if isinstance(parameters, str):
             try:
-                parsed = json.loads(parameters)
-            except ValueError:
+                parsed = _DECODER.decode(parameters)
+            except _JSON_ERRORS:
                 parsed = None
             if isinstance(parsed, dict):
                 rid = parsed.get("rid")
@@ -544,6 +583,8 @@ def _parse_finish_text(message: str, head: _Head) -> RequestRecord | None:
                 values[name] = float(match.group(1))
             except ValueError:
                 return None
+            if not (math.isfinite(values[name]) and 0 <= values[name] < _MAX_COUNT):
+                return None  # 1e400, a negative count: a corrupt line, counted as unparsed
     if "prompt_tokens" not in values or "completion_tokens" not in values:
         return None
     rid_match = _TEXT_RID.search(message) or _TEXT_ID.search(tail)
