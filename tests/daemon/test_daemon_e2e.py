@@ -1,27 +1,33 @@
-"""The daemon against the emulated SGLang server on loopback: restarts, kill -9, signals, config errors."""
+"""The daemon against the emulated SGLang server on loopback: restarts, kill -9, signals, config errors.
+
+In-process tests share one ManualClock between the emulator and the advisor and step it: the simulation moves
+only between cycles, so the runs are deterministic and sleep-free. Tests of the `run` process use real time
+and poll for conditions."""
 
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 
 import pytest
 import requests
+from support import free_loopback_port, wait_for
 
 from advisor.config import config_from_dict
 from advisor.daemon.runner import Advisor
+from advisor.sim.clock import ManualClock
 from advisor.sim.config import load_server_config
 from advisor.sim.emulator import EmulatedServer
 from advisor.sim.workload import load_workload
 
-SPEED = 120.0
+SPEED = 120.0  # for the tests of the `run` process, which run on real time
+STEP_SECONDS = 30.0  # simulated seconds between two cycles of the in-process tests
 
 
 @pytest.fixture
 def emulator(tmp_path):
+    """An emulated server on real time (sped up), for the tests of the `run` process."""
     log_path = tmp_path / "sglang.log"
     server = EmulatedServer(load_server_config("default"), load_workload("demo"), speed=SPEED, log_path=str(log_path),
                             request_log_path=str(log_path))
@@ -30,56 +36,65 @@ def emulator(tmp_path):
     server.stop()
 
 
-def make_advisor(url, log_path, tmp_path, **extra):
+@pytest.fixture
+def stepped(tmp_path):
+    """An emulated server on a manual clock the advisor shares: (server, log path, clock)."""
+    clock = ManualClock()
+    log_path = tmp_path / "sglang.log"
+    server = EmulatedServer(load_server_config("default"), load_workload("demo"), log_path=str(log_path),
+                            request_log_path=str(log_path), clock=clock)
+    server.start()
+    yield server, log_path, clock
+    server.stop()
+
+
+def make_advisor(url, log_path, tmp_path, clock, **extra):
     return Advisor(config_from_dict({
         "targets": [{"name": "emu", "url": url, "log_paths": [str(log_path)]}],
-        "interval_seconds": 0.3, "time_scale": SPEED, "timeout_seconds": 2.0,
+        "interval_seconds": STEP_SECONDS, "timeout_seconds": 5.0,
         "checkpoint_path": str(tmp_path / "ckpt.json"), **extra,
-    }))
+    }), wall_clock=clock.time)
 
 
-def cycles(advisor, count, pause=0.3):
+def cycles(advisor, server, clock, count):
+    """`count` cycles, each after STEP_SECONDS of simulated serving (the emulator's logs written first)."""
     status = None
     for _ in range(count):
-        status = advisor.run_cycle(timeout=5.0)[0]
-        time.sleep(pause)
+        clock.advance(STEP_SECONDS)
+        server.sync()
+        status = advisor.run_cycle(timeout=30.0)[0]
     return status
 
 
-def test_restart_with_a_new_ratio_rederives(emulator, tmp_path):
-    server, log_path = emulator
-    advisor = make_advisor(server.url, log_path, tmp_path)
-    before = cycles(advisor, 12)
+def test_restart_with_a_new_ratio_rederives(stepped, tmp_path):
+    server, log_path, clock = stepped
+    advisor = make_advisor(server.url, log_path, tmp_path, clock)
+    before = cycles(advisor, server, clock, 12)
     assert before.recommendation.live_ratio == pytest.approx(0.9)
     assert before.recommendation.decision == "raise_ratio"
     requests.post(f"{server.url}/_emulator/restart?ratio=8", timeout=5).raise_for_status()
-    after = cycles(advisor, 8)
+    after = cycles(advisor, server, clock, 8)
     assert after.recommendation.live_ratio == pytest.approx(8.0)
     assert after.recommendation.predicted_max_running_requests_live > before.recommendation.predicted_max_running_requests_live
     assert after.recommendation.decision == "hold", after.recommendation.reason
+    assert after.recommendation.reason_code in ("inside_bounds", "gain_below_threshold")
     # the workload history survives the server restart
     assert after.workload.requests_observed > before.workload.requests_observed
     advisor.close()
 
 
-def test_history_survives_a_daemon_restart(emulator, tmp_path):
-    server, log_path = emulator
-    first = make_advisor(server.url, log_path, tmp_path)
-    seen = cycles(first, 8).workload.requests_observed
+def test_history_survives_a_daemon_restart(stepped, tmp_path):
+    server, log_path, clock = stepped
+    first = make_advisor(server.url, log_path, tmp_path, clock)
+    seen = cycles(first, server, clock, 8).workload.requests_observed
     first.close()
-    second = make_advisor(server.url, log_path, tmp_path)
+    second = make_advisor(server.url, log_path, tmp_path, clock)
     assert second.load_checkpoint() is None
-    resumed = second.run_cycle(timeout=5.0)[0]
+    resumed = cycles(second, server, clock, 1)
     # resumed with the history (no double counting of the lifetime totals on the first scrape)
     assert seen <= resumed.workload.requests_observed < seen * 1.5
     assert resumed.recommendation.confidence > 0
     second.close()
-
-
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def start_daemon(tmp_path, url, log_path, port):
@@ -93,26 +108,32 @@ def start_daemon(tmp_path, url, log_path, port):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+def daemon_status(port):
+    """The daemon's /status for its one target, or None while it is not up yet."""
+    try:
+        status = requests.get(f"http://127.0.0.1:{port}/status", timeout=2).json()
+    except (requests.RequestException, ValueError):
+        return None
+    return status["targets"][0] if status.get("targets") else None
+
+
 def wait_for_requests(port, minimum, timeout=30.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            status = requests.get(f"http://127.0.0.1:{port}/status", timeout=2).json()
-            if status["targets"] and status["targets"][0]["workload"]["requests_observed"] >= minimum:
-                return status["targets"][0]
-        except (requests.RequestException, ValueError, KeyError):
-            pass
-        time.sleep(0.2)
-    raise AssertionError(f"daemon never reached {minimum} requests")
+    def reached():
+        target = daemon_status(port)
+        return target if target and target["workload"]["requests_observed"] >= minimum else None
+
+    return wait_for(reached, timeout, interval=0.1, what=f"the daemon to observe {minimum} requests")
 
 
 def test_kill_9_mid_run_then_restart_keeps_history(emulator, tmp_path):
     server, log_path = emulator
-    port = free_port()
+    port = free_loopback_port()
     daemon = start_daemon(tmp_path, server.url, log_path, port)
     try:
         before = wait_for_requests(port, 300)
-        time.sleep(0.35)  # let at least one more checkpoint land; the kill may hit mid-write
+        # one more checkpoint lands after the status we read (the kill may then hit mid-write)
+        written = os.stat(tmp_path / "ckpt.json").st_mtime_ns
+        wait_for(lambda: os.stat(tmp_path / "ckpt.json").st_mtime_ns > written, 10, what="a newer checkpoint")
     finally:
         daemon.send_signal(signal.SIGKILL)
         daemon.wait(timeout=10)
@@ -130,7 +151,7 @@ def test_kill_9_mid_run_then_restart_keeps_history(emulator, tmp_path):
 
 def test_sigterm_flushes_the_checkpoint_and_exits_0(emulator, tmp_path):
     server, log_path = emulator
-    port = free_port()
+    port = free_loopback_port()
     daemon = start_daemon(tmp_path, server.url, log_path, port)
     wait_for_requests(port, 100)
     mtime_before = os.stat(tmp_path / "ckpt.json").st_mtime_ns
@@ -177,7 +198,7 @@ def test_config_error_exits_2_naming_the_field(tmp_path, content, message):
 
 def test_once_prints_the_recommendation(emulator, tmp_path):
     server, _ = emulator
-    time.sleep(1.0)
+    wait_for(lambda: server.url and requests.get(f"{server.url}/metrics", timeout=2).ok, 10, what="the emulator")
     proc = subprocess.run([sys.executable, "-m", "advisor", "run", "--target", server.url, "--once", "--json"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
@@ -188,16 +209,18 @@ def test_once_prints_the_recommendation(emulator, tmp_path):
 def test_older_sglang_0_5_10_profile_still_gets_a_recommendation(tmp_path):
     """0.5.10: `mamba_scheduler_strategy`, no slot gauges, token histograms only with the collect flag."""
     log_path = tmp_path / "sglang.log"
-    server = EmulatedServer(load_server_config("default"), load_workload("demo"), speed=SPEED, log_path=str(log_path),
-                            version_profile="0.5.10", collect_tokens_histogram=True)
+    clock = ManualClock()
+    server = EmulatedServer(load_server_config("default"), load_workload("demo"), log_path=str(log_path),
+                            version_profile="0.5.10", collect_tokens_histogram=True, clock=clock)
     server.start()
     try:
-        advisor = make_advisor(server.url, log_path, tmp_path)
-        status = cycles(advisor, 10)
+        advisor = make_advisor(server.url, log_path, tmp_path, clock)
+        status = cycles(advisor, server, clock, 10)
         assert status.up
         assert advisor.pipelines[0].server_info.serving.strategy == "extra_buffer"
         assert status.info["version"] == "0.5.10"
         assert status.recommendation.decision == "raise_ratio", status.recommendation.reason
+        assert status.recommendation.reason_code == "state_pool_short"
         assert status.recommendation.ratio > 4
         advisor.close()
     finally:
