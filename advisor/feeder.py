@@ -81,7 +81,6 @@ def scrape_sample(
         retracted_tokens += (rank.retracted_input_tokens or 0.0) + (rank.retracted_output_tokens or 0.0)
     if retracted is None:
         retracted = float(log_retractions)
-    ratios = [rank.new_token_ratio for rank in observation.ranks if rank.new_token_ratio is not None]
     return ScrapeSample(
         running_requests=total("running_requests") or 0.0,
         queued_requests=total("queued_requests") or 0.0,
@@ -91,7 +90,6 @@ def scrape_sample(
         kv_capacity_tokens=total("kv_capacity_tokens"),
         state_slots_used=total("state_slots_used"),
         state_pool_slots=total("state_pool_slots"),
-        new_token_ratio=sum(ratios) / len(ratios) if ratios else None,
         retracted_requests=0.0 if baseline else retracted,
         retracted_tokens=0.0 if baseline else retracted_tokens,
     )

@@ -15,7 +15,7 @@ class WorkloadSummary:
     context_length_p90: float | None = None
     context_length_p99: float | None = None
     live_context_mean: float | None = None  # decode_sum_seq_lens / running, time-weighted
-    effective_context_length: float | None = None  # the L the KV pool sees (length-biased + reservation)
+    effective_context_length: float | None = None  # the L the KV pool sees: residence-weighted final context
     spikiness: float | None = None  # 0 = steady; see estimate module for the definition
     retractions_per_second: float | None = None
     retracted_tokens_per_second: float | None = None

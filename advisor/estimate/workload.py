@@ -42,9 +42,6 @@ class EstimatorSettings:
     confidence_requests: float = 2000.0
     window_min_requests: int = 48
     window_min_seconds: float = 30.0
-    # SGLang's admission clips max_new_tokens at this for its reservation (environ.py
-    # SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION).
-    clip_max_new_tokens: int = 4096
 
     def __post_init__(self) -> None:
         for name in ("half_life_seconds", "confidence_history_seconds", "confidence_requests", "window_min_seconds"):
@@ -66,7 +63,6 @@ class ScrapeSample:
     kv_capacity_tokens: float | None = None
     state_slots_used: float | None = None
     state_pool_slots: float | None = None
-    new_token_ratio: float | None = None
     retracted_requests: float = 0.0  # delta since the previous scrape
     retracted_tokens: float = 0.0  # delta (input + output tokens of the retracted)
 
@@ -124,14 +120,10 @@ class WorkloadEstimator:
         self.live_context = DecayingHistogram(half_life)  # weight: seconds observed
         self.window_log_context = DecayingMoments(half_life)  # x = ln(window L), weight: window seconds
         self.window_context = DecayingMoments(half_life)  # x = window L, weight: window seconds
-        self.time = DecayingMoments(half_life)  # scrape seconds; the base of every rate below
         self.saturated = DecayingMoments(half_life)
         self.kv_blocked = DecayingMoments(half_life)
         self.retractions = DecayingMoments(half_life)  # x = retractions per second in the interval
         self.retracted_tokens = DecayingMoments(half_life)
-        self.kv_usage = DecayingMoments(half_life)
-        self.queue = DecayingMoments(half_life)
-        self.new_token_ratio = DecayingMoments(half_life)
         self.requests_total = 0.0
         self.first_time: float | None = None
         self.last_time: float | None = None
@@ -224,7 +216,6 @@ class WorkloadEstimator:
             return
         interval = now - self.last_scrape_time
         self.last_scrape_time = now
-        self.time.add(1.0, interval, now)
         running, queued = sample.running_requests, sample.queued_requests
         clamp = sample.max_running_requests
         at_clamp = clamp is not None and clamp > 0 and running >= clamp
@@ -240,11 +231,6 @@ class WorkloadEstimator:
         self.kv_blocked.add(1.0 if (queued > 0 and not at_clamp and kv_pressed) else 0.0, interval, now)
         self.retractions.add(sample.retracted_requests / interval, interval, now)
         self.retracted_tokens.add(sample.retracted_tokens / interval, interval, now)
-        self.queue.add(queued, interval, now)
-        if kv_usage is not None:
-            self.kv_usage.add(kv_usage, interval, now)
-        if sample.new_token_ratio is not None:
-            self.new_token_ratio.add(sample.new_token_ratio, interval, now)
         if sample.decode_sum_seq_lens is not None and running > 0:
             self.live_context.add(sample.decode_sum_seq_lens / running, interval, now)
 
@@ -289,17 +275,10 @@ class WorkloadEstimator:
             history_seconds=history,
         )
 
-    def mean_new_token_ratio(self) -> float | None:
-        return self.new_token_ratio.mean()
-
-    def mean_kv_usage(self) -> float | None:
-        return self.kv_usage.mean()
-
     # -- checkpoint -----------------------------------------------------------------------------------
 
     _HISTOGRAMS = ("request_context", "resident_context", "live_context")
-    _MOMENTS = ("window_log_context", "window_context", "time", "saturated", "kv_blocked", "retractions",
-                "retracted_tokens", "kv_usage", "queue", "new_token_ratio")
+    _MOMENTS = ("window_log_context", "window_context", "saturated", "kv_blocked", "retractions", "retracted_tokens")
     _SCALARS = ("requests_total", "first_time", "last_time", "last_scrape_time", "window_start", "window_requests",
                 "window_context_residence", "window_residence")
 
