@@ -97,3 +97,78 @@ def test_missing_lines_are_named(text, message):
 def test_unreadable_file(tmp_path):
     with pytest.raises(InputError, match="cannot read boot log"):
         read_boot_log(tmp_path / "absent.log")
+
+
+def _line(ranks: str, message: str) -> str:
+    return f"[2026-11-29 10:00:46{ranks}] {message}"
+
+
+def test_pp_stages_are_stages_not_draft_pools():
+    """PP0 and PP1 each hold their own layers' pools (one line each per TP rank): neither is a draft model."""
+    lines = []
+    for pp, (size, kv_tokens) in enumerate(((300, 500000), (280, 480000))):
+        for tp in range(2):
+            prefix = f" PP{pp} TP{tp}"
+            lines += [
+                _line(prefix, f"Mamba Cache is allocated. max_mamba_cache_size: {size}, conv_state size: 0.50GB, ssm_state size: 14.00GB "),
+                _line(prefix, f"KV Cache is allocated. dtype: torch.bfloat16, #tokens: {kv_tokens}, K size: 6.00 GB, V size: 6.00 GB"),
+            ]
+    lines.append(_line(" PP0 TP0", "max_total_num_tokens=480000, chunked_prefill_size=8192, max_prefill_tokens=16384, "
+                                   "max_running_requests=60, context_len=262144, available_gpu_mem=5.00 GB"))  # fmt: skip
+    boot = parse_boot_log("\n".join(lines))
+    assert boot.draft_state_pool is None and boot.draft_kv_pool is None
+    assert (boot.pp_ranks_seen, boot.tp_ranks_seen) == (2, 2)
+    assert {stage: (s.max_mamba_cache_size, kv.tokens) for stage, (s, kv) in boot.stage_pools.items()} == {
+        0: (300, 500000),
+        1: (280, 480000),
+    }
+    assert boot.max_running_requests == 60
+
+
+def test_post_capture_kv_sizing_supersedes_the_va_upper_bound():
+    """0.5.20+ with post-capture sizing: `KV Cache VA upper bound.` first, the backed pool after CUDA-graph
+    capture (model_executor/model_runner_components/kv_pool_runtime.py), draft pool likewise."""
+    text = "\n".join(
+        [
+            _line("", "Mamba Cache is allocated. max_mamba_cache_size: 100, conv_state size: 0.10GB, ssm_state size: 2.00GB "),
+            _line("", "KV Cache VA upper bound. dtype: torch.bfloat16, #tokens: 900000, KV size: 20.00 GB"),
+            _line("", "Post-capture KV sizing: full_layer_tokens=700000, swa_layer_tokens=0"),
+            _line("", "Post-capture KV sizing: KV cache allocated. dtype: torch.bfloat16, #tokens: 700000, KV size: 15.56 GB, avail mem=3.10 GB"),
+            _line("", "Post-capture KV sizing: draft KV cache allocated. dtype: torch.bfloat16, #tokens: 700000, KV size: 1.30 GB"),
+        ]
+    )
+    boot = parse_boot_log(text)
+    assert (boot.kv_pool.tokens, boot.kv_pool.kv_gib, boot.post_capture_kv) == (700000, 15.56, True)
+    assert boot.draft_kv_pool is not None and boot.draft_kv_pool.kv_gib == 1.30
+    only_bound = parse_boot_log("\n".join(text.splitlines()[:2]))
+    assert only_bound.kv_pool.upper_bound and only_bound.kv_pool.tokens == 900000
+
+
+def test_052_mamba_line_without_a_size_takes_the_request_pool_size():
+    """0.5.2's MambaPool logged no size: it had max_running_requests slots (model_runner.py, size=max_num_reqs)."""
+    text = "\n".join(
+        [
+            _line(" TP0", "Mamba Cache is allocated. conv_state size: 0.20GB, ssm_state size: 6.00GB "),
+            _line(" TP0", "KV Cache is allocated. #tokens: 300000, K size: 3.00 GB, V size: 3.00 GB"),
+            _line(" TP0", "max_total_num_tokens=300000, chunked_prefill_size=8192, max_prefill_tokens=16384, "
+                          "max_running_requests=128, context_len=262144, available_gpu_mem=5.00 GB"),
+        ]
+    )  # fmt: skip
+    boot = parse_boot_log(text)
+    assert (boot.state_pool.max_mamba_cache_size, boot.state_pool_size_from_caps) == (128, True)
+    with pytest.raises(InputError, match="no max_mamba_cache_size"):
+        parse_boot_log("\n".join(text.splitlines()[:2]))
+
+
+def test_labels_with_spaces_trailing_spaces_and_a_line_that_lost_its_bracket():
+    text = "\n".join(
+        [
+            "2026-11-29 10:00:46 TP0] Mamba Cache is allocated. max_mamba_cache_size: 64, conv_state size: 0.10GB, ssm_state size: 2.00GB   ",
+            _line(" TP0", "MiniMax MSA-v1 main NVFP4 KV Cache is allocated. dtype: torch.uint8, #tokens: 400000, KV size: 3.00 GB   "),
+            _line(" TP0", "max_total_num_tokens=400000, chunked_prefill_size=8192, max_prefill_tokens=16384, "
+                          "max_running_requests=21, context_len=262144, available_gpu_mem=5.00 GB    "),
+        ]
+    )  # fmt: skip
+    boot = parse_boot_log(text)
+    assert (boot.state_pool.max_mamba_cache_size, boot.kv_pool.label, boot.kv_pool.kv_gib) == (64, "MiniMax MSA-v1 main NVFP4", 3.0)
+    assert (boot.max_running_requests, boot.available_gpu_mem_gib) == (21, 5.0)

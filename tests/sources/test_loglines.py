@@ -323,3 +323,27 @@ def test_parse_line_ignores_uvicorn_and_strips_newlines() -> None:
     event = parse_line("[2026-11-29 10:00:00] KV cache pool is full. Retract requests. #retracted_reqs: 2, "
                        "#new_tokens_gained: 5, #mamba_num_gained: 8, #new_token_ratio: 0.1000 -> 0.2000\r\n")  # fmt: skip
     assert isinstance(event, Retraction) and event.mamba_slots_gained == 8
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        '{"timestamp": "2026-11-29T10:00:00", "event": "request.finished", "rid": "x", "out": {"meta_info": '
+        '{"prompt_tokens": Infinity, "completion_tokens": 5}}}',
+        '{"timestamp": "2026-11-29T10:00:00", "event": "request.finished", "rid": "x", "out": {"meta_info": '
+        '{"prompt_tokens": 1e400, "completion_tokens": 5}}}',
+        '{"event": "request.finished", "out": ' + '{"a": ' * 50_000 + "1" + "}" * 50_000 + "}",
+        '{"prompt_tokens": NaN, "completion_tokens": 5}',
+        '{"prompt_tokens": 1e400, "completion_tokens": 5}',
+        '{"prompt_tokens": -3, "completion_tokens": 5}',
+        "Finish: obj=GenerateReqInput(rid='r1'), out={'meta_info': {'prompt_tokens': 1e400, 'completion_tokens': 3}}",
+    ],
+    ids=["infinity", "1e400", "deep-nesting", "nan-export", "1e400-export", "negative", "1e400-text"],
+)
+def test_a_corrupt_request_line_is_counted_and_the_batch_keeps_its_good_lines(bad: str) -> None:
+    good = _read("requests-json.log")[:3]
+    parser = LogLineParser()
+    events = parser.feed([*good, "[2026-11-29 10:00:00] " + bad, *good])
+    records = _of(events, RequestRecord)
+    assert len(records) == 6 and [r.prompt_tokens for r in records[:3]] == [r.prompt_tokens for r in records[3:]]
+    assert parser.unparsed_lines == 1
