@@ -1,13 +1,16 @@
 """The one-way dependency rule: the core never imports the simulator, and the pure rooms import no I/O room."""
 
 import ast
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from support import REPO
 
 PACKAGE = REPO / "advisor"
+SHARED_PATH = re.compile(r"""/\s*["']shared["']|\.\./shared|/work/shared""")
 # Only these shell commands may use the simulator (they exist to run it).
 SIM_USERS = {"advisor/commands/demo.py", "advisor/commands/simulate.py", "advisor/commands/emulate.py"}
 # room -> rooms it must never import (architecture: sources -> estimate -> recommend -> export, model under all)
@@ -67,3 +70,21 @@ def test_the_daemon_command_loads_no_simulator_module():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
     assert out.stdout.strip() == "[]"
+
+
+def test_nothing_reads_the_team_folder_beside_the_repo():
+    """The repo stands alone: no code, test or benchmark reaches for ../shared (fixtures are vendored)."""
+    offenders = []
+    for folder in ("advisor", "tests", "bench"):
+        for path in sorted((REPO / folder).rglob("*.py")):
+            if path == Path(__file__):
+                continue
+            if SHARED_PATH.search(path.read_text(encoding="utf-8")):
+                offenders.append(path.relative_to(REPO).as_posix())
+    assert offenders == []
+
+
+def test_ci_runs_the_readme_test_command():
+    readme = (REPO / "README.md").read_text(encoding="utf-8").splitlines()
+    command = next(line for line in readme[:12] if "pytest" in line)
+    assert command in (REPO / ".ci" / "run").read_text(encoding="utf-8").splitlines()
