@@ -7,19 +7,23 @@ one line and exit code 2). Nothing reads a global: the object is passed to whoev
 from __future__ import annotations
 
 import difflib
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 
 from advisor.errors import InputError
 from advisor.recommend.engine import RecommenderSettings
+from advisor.sources.http import redact_url
 from advisor.store_config import StoreTargetConfig, store_target_from_dict
 
 ENV_PREFIX = "POOL_ADVISOR_"
+MAX_CONFIG_BYTES = 1 << 20  # a config is a few KB; a bigger file is a mistake (or a YAML bomb)
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,11 @@ class AdvisorConfig:
     stale_after_cycles: int = 3
     # Advisor time runs this many times faster than the wall clock (demo/bench against a sped-up emulator).
     time_scale: float = 1.0
+    # Caps on what one target may make the advisor hold; exceeding one is a counted error for that source.
+    max_body_bytes: int = 64 << 20  # one HTTP response body
+    max_line_bytes: int = 1 << 20  # one /metrics line or one followed log line
+    max_labels_per_series: int = 64  # labels on one /metrics sample
+    max_series: int = 200_000  # samples of the families the advisor reads, per scrape
 
     @property
     def listen_host(self) -> str:
@@ -69,18 +78,74 @@ def _unknown(name: str, known: Any, where: str) -> InputError:
     return InputError(f"unknown field '{name}' in {where}{hint}")
 
 
-def _number(value: Any, name: str, *, positive: bool = True, integer: bool = False) -> float:
+def _number(
+    value: Any, name: str, *, positive: bool = True, integer: bool = False,
+    low: float | None = None, high: float | None = None, unit: str = "",
+) -> float:
+    """A finite number within [low, high] (when given), else an InputError naming the field."""
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise InputError(f"field '{name}' must be a number, got {value!r}")
+        raise InputError(f"field '{name}' must be a number, got {_shown(value)}")
     try:
         number = float(value)
-    except ValueError:
-        raise InputError(f"field '{name}' must be a number, got {value!r}") from None
+    except (ValueError, OverflowError):
+        raise InputError(f"field '{name}' must be a number, got {_shown(value)}") from None
+    if not math.isfinite(number):
+        raise InputError(f"field '{name}' must be a finite number, got {_shown(value)}")
     if integer and number != int(number):
-        raise InputError(f"field '{name}' must be a whole number, got {value!r}")
+        raise InputError(f"field '{name}' must be a whole number, got {_shown(value)}")
     if positive and not number > 0:
-        raise InputError(f"field '{name}' must be > 0, got {value!r}")
+        raise InputError(f"field '{name}' must be > 0, got {_shown(value)}")
+    suffix = f" {unit}" if unit else ""
+    if low is not None and number < low:
+        raise InputError(f"field '{name}' must be >= {low:g}{suffix}, got {_shown(value)}")
+    if high is not None and number > high:
+        raise InputError(f"field '{name}' must be <= {high:g}{suffix}, got {_shown(value)}")
     return number
+
+
+def _shown(value: Any) -> str:
+    """A value for an error message: its repr, cut short (a config value may be huge)."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _string(value: Any, name: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise InputError(f"field '{name}' must be a non-empty string, got {_shown(value)}")
+    if "\0" in value:
+        raise InputError(f"field '{name}' must not contain a NUL character")
+    return value
+
+
+def _check_keys(raw: dict[Any, Any], known: Any, where: str) -> None:
+    for key in raw:
+        if not isinstance(key, str):
+            raise InputError(f"field names in {where} must be strings, got {_shown(key)}")
+        if key not in known:
+            raise _unknown(key, known, where)
+
+
+# (low, high, unit) of every numeric field: a value outside is an InputError naming the field.
+_TOP_RANGES: dict[str, tuple[float, float, str]] = {
+    "interval_seconds": (0.05, 86400.0, "seconds"),
+    "timeout_seconds": (0.01, 3600.0, "seconds"),
+    "half_life_seconds": (1.0, 3.2e8, "seconds"),
+    "time_scale": (1e-3, 1e6, ""),
+    "state_bias": (0.0, 100.0, ""),
+}
+_TOP_INTEGER_RANGES: dict[str, tuple[float, float, str]] = {
+    "server_info_every": (1, 1e6, "cycles"),
+    "stale_after_cycles": (1, 1e6, "cycles"),
+    "max_body_bytes": (1024, 1 << 34, "bytes"),
+    "max_line_bytes": (256, 1 << 30, "bytes"),
+    "max_labels_per_series": (1, 10_000, ""),
+    "max_series": (10, 1e8, ""),
+}
+_TARGET_RANGES: dict[str, tuple[float, float, str]] = {
+    "state_bytes_per_slot": (1.0, 1e12, "bytes"),
+    "kv_bytes_per_token": (1.0, 1e10, "bytes"),
+    "rest_gib": (1e-3, 1e5, "GiB"),
+}
 
 
 def _target(raw: Any, index: int, env: Mapping[str, str]) -> TargetConfig:
@@ -89,32 +154,53 @@ def _target(raw: Any, index: int, env: Mapping[str, str]) -> TargetConfig:
         raw = {"url": raw}
     if not isinstance(raw, dict):
         raise InputError(f"{where} must be a mapping with at least 'url'")
-    for key in raw:
-        if key not in _TARGET_FIELDS and key != "api_key_env":
-            raise _unknown(str(key), list(_TARGET_FIELDS) + ["api_key_env"], where)
+    _check_keys(raw, list(_TARGET_FIELDS) + ["api_key_env"], where)
     url = raw.get("url")
     if not isinstance(url, str) or not url.startswith(("http://", "https://")):
-        raise InputError(f"field '{where}.url' must be an http(s) URL, got {url!r}")
+        raise InputError(f"field '{where}.url' must be an http(s) URL, got {_shown(redact_url(str(url)))}")
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (raises ValueError for a port out of range)
+    except ValueError:
+        raise InputError(f"field '{where}.url' is not a valid URL: {_shown(redact_url(url))}") from None
+    if not parts.hostname:
+        raise InputError(f"field '{where}.url' has no host: {_shown(redact_url(url))}")
     api_key = raw.get("api_key")
-    if raw.get("api_key_env"):
-        api_key = env.get(str(raw["api_key_env"])) or api_key
+    if api_key is not None:
+        api_key = _string(api_key, f"{where}.api_key")
+    if raw.get("api_key_env") is not None:
+        variable = _string(raw["api_key_env"], f"{where}.api_key_env")
+        api_key = env.get(variable) or api_key
         if api_key is None:
-            raise InputError(f"field '{where}.api_key_env': environment variable {raw['api_key_env']} is not set")
+            raise InputError(f"field '{where}.api_key_env': environment variable {variable} is not set")
+    if api_key is not None and any(ch in api_key for ch in "\r\n\0"):
+        raise InputError(f"field '{where}.api_key' must be one line")
     logs = raw.get("log_paths", ())
     if isinstance(logs, str):
         logs = (logs,)
-    if not isinstance(logs, (list, tuple)) or not all(isinstance(p, str) for p in logs):
+    if logs is None:
+        logs = ()
+    if not isinstance(logs, (list, tuple)) or not all(isinstance(p, str) and p.strip() for p in logs):
         raise InputError(f"field '{where}.log_paths' must be a list of file paths")
-    name = raw.get("name") or url.split("://", 1)[1].rstrip("/")
+    for path in logs:
+        _string(path, f"{where}.log_paths")
+    boot_log = raw.get("boot_log")
+    if boot_log is not None:
+        boot_log = _string(boot_log, f"{where}.boot_log")
+    if raw.get("name") is not None:
+        name = _string(raw["name"], f"{where}.name")
+    else:
+        # host[:port][/path] without any user:password@ (the name is shown everywhere: label, /status, logs)
+        name = redact_url(url).split("://", 1)[1].rstrip("/")
     numbers = {}
-    for key in ("state_bytes_per_slot", "kv_bytes_per_token", "rest_gib"):
+    for key, (low, high, unit) in _TARGET_RANGES.items():
         if raw.get(key) is not None:
-            numbers[key] = _number(raw[key], f"{where}.{key}")
+            numbers[key] = _number(raw[key], f"{where}.{key}", low=low, high=high, unit=unit)
     if ("state_bytes_per_slot" in numbers) != ("kv_bytes_per_token" in numbers):
         raise InputError(f"fields '{where}.state_bytes_per_slot' and '{where}.kv_bytes_per_token' go together")
     return TargetConfig(
-        name=str(name), url=url.rstrip("/"), api_key=api_key, log_paths=tuple(logs),
-        boot_log=raw.get("boot_log"), **numbers,
+        name=name, url=url.rstrip("/"), api_key=api_key, log_paths=tuple(logs),
+        boot_log=boot_log, **numbers,
     )
 
 
@@ -122,9 +208,7 @@ def config_from_dict(data: dict[str, Any], env: Mapping[str, str] | None = None)
     """Validate a config mapping; `env` (default: the process environment) resolves `api_key_env`."""
     if not isinstance(data, dict):
         raise InputError("advisor config must be a mapping")
-    for key in data:
-        if key not in _TOP_FIELDS:
-            raise _unknown(str(key), _TOP_FIELDS, "advisor config")
+    _check_keys(data, _TOP_FIELDS, "advisor config")
     raw_targets = data.get("targets") or []
     if not isinstance(raw_targets, list):
         raise InputError("field 'targets' must be a list")
@@ -137,28 +221,37 @@ def config_from_dict(data: dict[str, Any], env: Mapping[str, str] | None = None)
     if len(set(names)) != len(names):
         raise InputError(f"field 'targets': duplicate target name in {names}")
     values: dict[str, Any] = {"targets": targets, "store_targets": store_targets}
-    for key in ("interval_seconds", "half_life_seconds", "timeout_seconds", "time_scale"):
-        if key in data:
-            values[key] = _number(data[key], key)
-    if "state_bias" in data:
-        values["state_bias"] = _number(data["state_bias"], "state_bias", positive=False)
-        if values["state_bias"] < 0:
-            raise InputError(f"field 'state_bias' must be >= 0, got {data['state_bias']!r}")
-    for key in ("server_info_every", "stale_after_cycles"):
-        if key in data:
-            values[key] = int(_number(data[key], key, integer=True))
-    if "listen" in data:
+    for key, (low, high, unit) in _TOP_RANGES.items():
+        if data.get(key) is not None:
+            values[key] = _number(data[key], key, positive=key != "state_bias", low=low, high=high, unit=unit)
+    for key, (low, high, unit) in _TOP_INTEGER_RANGES.items():
+        if data.get(key) is not None:
+            values[key] = int(_number(data[key], key, integer=True, low=low, high=high, unit=unit))
+    if data.get("listen") is not None:
         values["listen"] = _listen(data["listen"])
     if data.get("checkpoint_path") is not None:
-        values["checkpoint_path"] = str(data["checkpoint_path"])
+        values["checkpoint_path"] = _string(data["checkpoint_path"], "checkpoint_path")
     return AdvisorConfig(**values)
 
 
+def check_timing(config: AdvisorConfig) -> AdvisorConfig:
+    """A request must end within its cycle: `timeout_seconds` < `interval_seconds`. Checked on the user's
+    path (`build_config`: file, environment, flags); harnesses that build configs in code may run tighter."""
+    if config.timeout_seconds >= config.interval_seconds:
+        raise InputError(
+            f"field 'timeout_seconds' ({config.timeout_seconds:g}) must be shorter than "
+            f"'interval_seconds' ({config.interval_seconds:g}): a request must end within its cycle"
+        )
+    return config
+
+
 def _listen(value: Any) -> str:
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise InputError(f"field 'listen' must be HOST:PORT, got {_shown(value)}")
     text = str(value)
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise InputError(f"field 'listen' must be HOST:PORT, got {value!r}")
+        raise InputError(f"field 'listen' must be HOST:PORT, got {_shown(value)}")
     return text if host else f"127.0.0.1:{port}"
 
 
@@ -166,11 +259,20 @@ def load_config(path: str | Path | None) -> dict[str, Any]:
     if path is None:
         return {}
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        with open(path, "rb") as handle:
+            raw = handle.read(MAX_CONFIG_BYTES + 1)
     except OSError as exc:
         raise InputError(f"cannot read advisor config {path}: {exc.strerror or exc}") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise InputError(f"advisor config {path} is larger than {MAX_CONFIG_BYTES} bytes")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"advisor config {path} is not UTF-8 (byte {exc.start})") from None
     try:
         data = yaml.safe_load(text)
+    except RecursionError:
+        raise InputError(f"advisor config {path} is nested too deeply") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
@@ -197,10 +299,10 @@ def build_config(path: str | Path | None, env: dict[str, str], overrides: dict[s
             data[key] = value
     if extra_urls:
         data["targets"] = [*(data.get("targets") or []), *({"url": u} for u in extra_urls)]
-    config = config_from_dict(data, env)
+    config = check_timing(config_from_dict(data, env))
     if not config.targets and not config.store_targets:
         raise InputError("no targets: give --target URL or a config file with 'targets'")
     return config
 
 
-__all__ = ["AdvisorConfig", "TargetConfig", "build_config", "config_from_dict", "load_config", "replace"]
+__all__ = ["AdvisorConfig", "TargetConfig", "build_config", "check_timing", "config_from_dict", "load_config", "replace"]

@@ -101,7 +101,7 @@ def start_daemon(tmp_path, url, log_path, port):
     config = tmp_path / "advisor.yaml"
     config.write_text(json.dumps({
         "targets": [{"name": "emu", "url": url, "log_paths": [str(log_path)]}],
-        "interval_seconds": 0.3, "time_scale": SPEED, "timeout_seconds": 2.0,
+        "interval_seconds": 0.5, "time_scale": SPEED, "timeout_seconds": 0.45,
         "checkpoint_path": str(tmp_path / "ckpt.json"), "listen": f"127.0.0.1:{port}",
     }))
     return subprocess.Popen([sys.executable, "-m", "advisor", "run", "--config", str(config)],
