@@ -12,6 +12,8 @@ from typing import Any
 
 from advisor.errors import InputError
 from advisor.estimate.workload import EstimatorSettings, WorkloadEstimator
+from advisor.feeder import observed_clamp, server_model, serving_config_of
+from advisor.model.serving import ServingConfig
 from advisor.sources.bootlog import BootInfo
 from advisor.sources.http import HttpClient
 from advisor.sources.loglines import LogLineParser, digest
@@ -119,6 +121,22 @@ def observe(args: argparse.Namespace) -> dict[str, Any]:
             "token_equiv": boot.constants().token_equiv,
             "rest_bytes": boot.rest_bytes,
         }
+    model: dict[str, Any] | None = None
+    if info is not None or boot is not None:
+        try:
+            serving = serving_config_of(info, boot)
+        except InputError as exc:
+            errors.append(f"boot_log: {exc}")
+            serving = ServingConfig()
+        known = server_model(serving, info, boot, metrics)
+        model = {
+            "strategy": serving.strategy,
+            "mamba_full_memory_ratio": serving.mamba_full_memory_ratio,
+            "state_bytes_per_slot": known.constants.state_bytes_per_slot if known.constants else None,
+            "kv_bytes_per_token": known.constants.kv_bytes_per_token if known.constants else None,
+            "token_equiv": known.constants.token_equiv if known.constants else None,
+            "observed_max_running_requests": _int_or_none(observed_clamp(info, boot, len(metrics.ranks) if metrics else 1)),
+        }
     requests_total = metrics.requests_total if metrics is not None and metrics.requests_total is not None else (records or None)
     return {
         "ranks": ranks,
@@ -135,8 +153,13 @@ def observe(args: argparse.Namespace) -> dict[str, Any]:
         },
         "log_retractions": retractions,
         "config": config,
+        "model": model,
         "errors": errors,
     }
+
+
+def _int_or_none(value: float | None) -> int | None:
+    return None if value is None else int(value)
 
 
 def _fmt(value: Any) -> str:
@@ -170,6 +193,10 @@ def run(args: argparse.Namespace) -> int:
         if "boot_log" in out["config"]:
             b = out["config"]["boot_log"]
             print(f"boot log: max_mamba_cache_size {b['max_mamba_cache_size']}, clamp {b['max_running_requests']}, token_equiv {b['token_equiv']:.0f}")
+    if out["model"] and out["model"]["token_equiv"]:
+        m = out["model"]
+        print(f"pools: state {_fmt(m['state_bytes_per_slot'] / 1e6)} MB/slot, KV {_fmt(m['kv_bytes_per_token'] / 1e3)} KB/token, "
+              f"token_equiv {_fmt(m['token_equiv'])}, server clamp {_fmt(m['observed_max_running_requests'])} requests")
     for error in out["errors"]:
         print(f"error: {error}")
     return 0 if not out["errors"] else 1

@@ -3,11 +3,9 @@
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+from support import FIXTURES
 
 
 def inspect(*args):
@@ -52,6 +50,18 @@ def test_logs_and_server_info():
     assert out["config"]["serving"]["strategy"] == "extra_buffer_lazy"
     assert out["config"]["boot_log"]["max_running_requests"] == 138
     assert out["log_retractions"] > 0
+    # the feeder's view: constants from the boot log, the clamp /server_info reports
+    assert out["model"]["token_equiv"] == pytest.approx(out["config"]["boot_log"]["token_equiv"])
+    assert out["model"]["observed_max_running_requests"] == out["config"]["shards"][0]["effective_max_running_requests"]
+
+
+def test_boot_log_alone_gives_the_serving_config_and_constants():
+    proc = inspect("--log-file", str(FIXTURES / "logs" / "boot-tp8-default.log"))
+    out = json.loads(proc.stdout)
+    assert proc.returncode == 0, out["errors"]
+    assert out["model"]["strategy"] == "auto" and out["model"]["mamba_full_memory_ratio"] == pytest.approx(0.9)
+    assert out["model"]["token_equiv"] == pytest.approx(4065, abs=1)
+    assert out["model"]["observed_max_running_requests"] == 51
 
 
 def test_nothing_to_inspect_and_cut_exposition(tmp_path):
