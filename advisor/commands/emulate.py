@@ -12,6 +12,7 @@ from types import FrameType
 
 from advisor.errors import InputError
 from advisor.sim.exposition import PROFILES
+from advisor.sources.formats import release_key
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -31,6 +32,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--log-file", metavar="F", help="write the SGLang server log here")
     parser.add_argument("--request-log-file", metavar="F", help="write --log-requests-format json lines here")
     parser.add_argument("--version-profile", choices=PROFILES, default="0.5.23", help="SGLang version to emulate")
+    parser.add_argument(
+        "--log-release",
+        metavar="X.Y.Z",
+        help="write the boot log in this SGLang release's formats, e.g. 0.5.11 (ServerArgs(...), no KV dtype), "
+        "0.5.14 (KV dtype), 0.5.20 (server_args dict); default: the version profile's",
+    )
     parser.add_argument("--api-key", metavar="K", help="require 'Authorization: Bearer K' (SGLang's --api-key)")
     parser.add_argument(
         "--collect-tokens-histogram",
@@ -52,6 +59,8 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--port must be 0..65535, got {args.port}")
     if args.ratio is not None and not args.ratio > 0:
         raise InputError(f"--ratio must be > 0, got {args.ratio}")
+    if args.log_release is not None and not release_key(args.log_release)[:3] > (0, 0, 0):
+        raise InputError(f"--log-release must be an SGLang release like 0.5.14, got {args.log_release!r}")
     server = load_server_config(args.config)
     if args.ratio is not None:
         server = server.with_ratio(args.ratio)
@@ -68,6 +77,7 @@ def run(args: argparse.Namespace) -> int:
         version_profile=args.version_profile,
         api_key=args.api_key,
         collect_tokens_histogram=args.collect_tokens_histogram,
+        log_release=args.log_release,
     )
     try:
         emulator.start()

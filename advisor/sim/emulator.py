@@ -43,6 +43,7 @@ from advisor.sim.exposition import (
 )
 from advisor.sim.types import DecodeTick, PrefillBatch, RequestFinished, Retraction, SimEvent
 from advisor.sim.workload import Workload
+from advisor.sources.formats import release_key
 
 FAULT_MODES = ("none", "http500", "hang", "garbage", "truncate")
 # A hung response outlasts any sane client timeout but not a test run; `stop()` releases it at once.
@@ -103,8 +104,11 @@ class EmulatedServer:
         collect_tokens_histogram: bool = False,
         priority_scheduling: bool = False,
         clock: SystemClock | ManualClock | None = None,
+        log_release: str | None = None,
     ) -> None:
         check_profile(version_profile)
+        if log_release is not None and not release_key(log_release)[:3] > (0, 0, 0):
+            raise ValueError(f"log_release must be an SGLang release like 0.5.14, got {log_release!r}")
         if not speed > 0:
             raise ValueError(f"speed must be > 0, got {speed}")
         if not 0 <= port <= 65535:
@@ -116,6 +120,8 @@ class EmulatedServer:
         self._speed = float(speed)
         self._seed = seed
         self._profile = version_profile
+        # whose boot-log formats to write (sources/formats.py eras); the metrics follow version_profile
+        self._log_release = log_release or version_profile
         self._api_key = api_key or None
         self._tick_seconds = tick_seconds
         self._log_path = log_path
@@ -340,7 +346,7 @@ class EmulatedServer:
             server_pid=self._pid_base + 100 * self._boot_count - 1,
             conv_state_fraction=conv_fraction,
             spec_max_running_reset=spec_enabled(serving) and serving.draft_tokens > 0 and requested is None,
-            release=self._profile,
+            release=self._log_release,
         )
 
     def _logged_server_args(self, config: SimServerConfig) -> dict[str, Any]:

@@ -12,7 +12,10 @@ from advisor.errors import InputError
 from advisor.model.pools import split_pools
 from advisor.model.serving import ServingConfig
 from advisor.sim import sglang_logs
+from advisor.sim.config import load_server_config
+from advisor.sim.emulator import EmulatedServer
 from advisor.sim.exposition import scheduler_ranks
+from advisor.sim.workload import load_workload
 from advisor.sources.bootlog import BootInfo, parse_boot_log, read_boot_log
 from advisor.sources.formats import LINE_FORMATS, log_era, parse_server_args
 from advisor.sources.loglines import BootBlock, LogLineParser, StatsLine, parse_line
@@ -265,3 +268,21 @@ def test_release_eras_follow_the_format_table() -> None:
 )  # fmt: skip
 def test_server_args_are_parsed_as_literals_never_evaluated(message: str, expected: object) -> None:
     assert parse_server_args(message) == expected
+
+
+@pytest.mark.parametrize(("profile", "log_release"), [("0.5.10", None), ("0.5.23", "0.5.14"), ("0.5.23", None)])
+def test_the_emulated_server_boot_log_reads_back_in_every_era(tmp_path, profile: str, log_release: str | None) -> None:
+    """The emulator's whole boot log (written on start, before the server answers) in each era's formats."""
+    log = tmp_path / "server.log"
+    config = load_server_config("single-qwen3next")
+    with EmulatedServer(config, load_workload("steady-chat"), speed=1.0, log_path=str(log), version_profile=profile,
+                        log_release=log_release):  # fmt: skip
+        text = log.read_text()
+    era = log_era(log_release or profile)
+    boot = parse_boot_log(text)
+    assert boot.server_args_form == era.server_args
+    assert (boot.kv_pool.dtype is not None) == era.kv_dtype
+    split = config.split()
+    assert (boot.state_pool.max_mamba_cache_size, boot.kv_pool.tokens) == (split.max_mamba_cache_size, split.kv_capacity_tokens)
+    assert boot.max_running_requests == split.max_running_requests
+    assert boot.server_args["mamba_full_memory_ratio"] == config.serving.mamba_full_memory_ratio
