@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from advisor.errors import InputError
 from advisor.estimate.deltas import ObservationDelta
 from advisor.estimate.workload import ScrapeSample
 from advisor.model.advice import MemoryFacts
+from advisor.model.memory import free_memory_from_gauges
 from advisor.model.pools import GIB, ByteConstants
 from advisor.model.serving import ServingConfig
 from advisor.recommend.engine import ServerModel
@@ -128,18 +130,12 @@ def server_model(
     if overrides.rest_gib:
         rest = overrides.rest_gib * GIB
     clamp = cache = kv_tokens = None
-    memory = MemoryFacts(mem_fraction_static=serving.mem_fraction_static)
     if server_info is not None and server_info.shards:
         shard = server_info.shards[0]
         clamp, cache, kv_tokens = shard.effective_max_running_requests, shard.max_mamba_cache_size, shard.kv_capacity_tokens
     if boot is not None:
         clamp = clamp or boot.max_running_requests
-        memory = MemoryFacts(
-            card_available_gib=boot.avail_before_weights_gib,
-            idle_after_pools_gib=boot.memory_pool_end_avail_gib,
-            idle_after_graphs_gib=boot.available_gpu_mem_gib,
-            mem_fraction_static=serving.mem_fraction_static,
-        )
+    memory = memory_facts(serving, boot, metrics, rest)
     context_len = DEFAULT_MODEL_CONTEXT_LEN
     if metrics is not None and metrics.ranks and metrics.ranks[0].context_len:
         context_len = int(metrics.ranks[0].context_len)
@@ -147,6 +143,40 @@ def server_model(
         serving=serving, constants=constants, rest_bytes=rest, observed_max_running_requests=clamp,
         observed_max_mamba_cache_size=cache, kv_capacity_tokens=kv_tokens,
         model_context_len=context_len, memory=memory,
+    )
+
+
+def memory_facts(
+    serving: ServingConfig, boot: BootInfo | None, metrics: MetricsObservation | None, rest_bytes: float | None
+) -> MemoryFacts:
+    """Memory outside the two pools, for the free lever: the boot log's lines when one is followed, else
+    SGLang's start-up gauges (weights, graphs, idle memory after both; the memory SGLang sized from is
+    rebuilt as idle + graphs + pools + weights, see `advisor.model.memory`)."""
+    if boot is not None:
+        return MemoryFacts(
+            card_available_gib=boot.avail_before_weights_gib,
+            idle_after_pools_gib=boot.memory_pool_end_avail_gib,
+            idle_after_graphs_gib=boot.available_gpu_mem_gib,
+            mem_fraction_static=serving.mem_fraction_static,
+        )
+    rank = metrics.ranks[0] if metrics is not None and metrics.ranks else None
+    unknown = MemoryFacts(mem_fraction_static=serving.mem_fraction_static)
+    if (
+        rank is None or rest_bytes is None or serving.mem_fraction_static is None
+        or rank.startup_available_memory_gb is None or rank.weight_memory_gb is None or rank.graph_memory_gb is None
+    ):
+        return unknown
+    try:
+        gauges = free_memory_from_gauges(
+            startup_available_gib=rank.startup_available_memory_gb, weight_gib=rank.weight_memory_gb,
+            graph_gib=rank.graph_memory_gb, mem_fraction_static=serving.mem_fraction_static, pool_bytes=rest_bytes,
+        )
+    except InputError:
+        return unknown  # a gauge out of range says nothing usable about idle memory
+    return MemoryFacts(
+        card_available_gib=gauges.card_available_gib,
+        idle_after_graphs_gib=gauges.idle_gib,
+        mem_fraction_static=serving.mem_fraction_static,
     )
 
 

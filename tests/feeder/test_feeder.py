@@ -16,6 +16,7 @@ from advisor.feeder import (
     server_model,
     serving_config_of,
 )
+from advisor.model.advice import free_lever
 from advisor.model.pools import GIB
 from advisor.model.serving import ServingConfig
 from advisor.sources.bootlog import read_boot_log
@@ -146,3 +147,19 @@ def test_model_name_prefers_server_info_then_metrics():
     bare = type(info)(serving=info.serving, version=None, model_name=None, shards=[])
     assert model_name_of(bare, observation) == observation.model_name != ""
     assert model_name_of(None, None) == ""
+
+
+def test_free_lever_from_the_start_up_gauges_when_no_boot_log_is_followed():
+    observation = _metrics("sglang-0.5.23-single")
+    rank = observation.ranks[0]
+    serving = ServingConfig(mem_fraction_static=0.85)
+    model = server_model(serving, None, None, observation, ByteOverrides(1e6, 1e3, rest_gib=30))
+    idle = rank.startup_available_memory_gb
+    assert model.memory.idle_after_graphs_gib == idle == 61.4
+    assert model.memory.card_available_gib == pytest.approx(idle + rank.graph_memory_gb + 30 + rank.weight_memory_gb)
+    # 61.4 GiB idle is a lever: the recommendation raises --mem-fraction-static
+    mfs, note = free_lever(model.memory)
+    assert mfs is not None and mfs > 0.85 and note
+    # the boot log, when followed, wins; without mem_fraction_static or pool bytes there is no lever
+    assert server_model(serving, None, _boot(), observation).memory.idle_after_pools_gib == _boot().memory_pool_end_avail_gib
+    assert free_lever(server_model(ServingConfig(), None, None, observation).memory) == (None, None)
