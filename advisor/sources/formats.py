@@ -81,7 +81,7 @@ LINE_FORMATS: tuple[LineFormat, ...] = (
         None,
         None,
         "model_executor/model_runner.py",
-        "`elapsed=… s, ` and `quant=…, bits=…, ` appear in later releases; 0.5.2 printed `dtype=…` too",
+        "`elapsed=… s, ` and `quant=…, bits=…, ` in later releases; 0.5.6.post2 printed `dtype=…` after the type",
     ),
     LineFormat(
         "mamba_pool_unsized",
@@ -184,7 +184,7 @@ LINE_FORMATS: tuple[LineFormat, ...] = (
         "max_total_num_tokens={tokens}",
         None,
         None,
-        "bench_one_batch.py (print, no prefix)",
+        "bench_one_batch.py (print, no prefix; real/021 from 0.5.6.post2)",
     ),
     LineFormat(
         "decode_hybrid",
@@ -195,7 +195,7 @@ LINE_FORMATS: tuple[LineFormat, ...] = (
         "0.5.4",
         None,
         "managers/scheduler_components/metrics_reporter.py",
-        "`accept len: …, accept rate: …, ` with speculative decoding",
+        "`accept len: …, accept rate: …, ` with speculative decoding; 0.5.23 may write `Decode batch [n],`",
     ),
     LineFormat(
         "decode_swa",

@@ -5,7 +5,7 @@ with one line that names why."""
 from __future__ import annotations
 
 import pytest
-from support import REAL
+from support import REAL, REPO
 
 from advisor.cli import main
 from advisor.errors import InputError
@@ -286,3 +286,8 @@ def test_the_emulated_server_boot_log_reads_back_in_every_era(tmp_path, profile:
     assert (boot.state_pool.max_mamba_cache_size, boot.kv_pool.tokens) == (split.max_mamba_cache_size, split.kv_capacity_tokens)
     assert boot.max_running_requests == split.max_running_requests
     assert boot.server_args["mamba_full_memory_ratio"] == config.serving.mamba_full_memory_ratio
+
+
+def test_the_releases_page_lists_every_format_of_the_table() -> None:
+    page = (REPO / "docs" / "sglang-releases.md").read_text(encoding="utf-8")
+    assert [f.name for f in LINE_FORMATS if f"`{f.name}`" not in page] == []
