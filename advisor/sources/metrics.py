@@ -12,11 +12,28 @@ import re
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from advisor.errors import InputError
+from advisor.errors import InputError, LimitExceeded
 
 
 class MetricsParseError(InputError):
     """The `/metrics` body is not a complete Prometheus text exposition we can read."""
+
+
+class MetricsLimitExceeded(MetricsParseError, LimitExceeded):
+    """The exposition exceeds one of `MetricsLimits` (a hostile or broken target): nothing of it is kept."""
+
+
+@dataclass(frozen=True)
+class MetricsLimits:
+    """Caps on one exposition (config: max_line_bytes, max_labels_per_series, max_series). Lengths are
+    counted in characters of the decoded text (at most the bytes for UTF-8)."""
+
+    max_line_bytes: int = 1 << 20
+    max_labels_per_series: int = 64
+    max_series: int = 200_000
+
+
+DEFAULT_LIMITS = MetricsLimits()
 
 
 @dataclass(frozen=True)
@@ -243,8 +260,9 @@ class _Accumulator:
             self.rank_values[key] = (rank_key, value)
 
 
-def parse_metrics(text: str) -> MetricsObservation:
-    """Parse one `/metrics` body. Raises MetricsParseError naming the line for anything unreadable."""
+def parse_metrics(text: str, limits: MetricsLimits = DEFAULT_LIMITS) -> MetricsObservation:
+    """Parse one `/metrics` body. Raises MetricsParseError naming the line for anything unreadable, and
+    MetricsLimitExceeded for a line, a label set or a series count beyond `limits`."""
     if not text.strip():
         raise MetricsParseError("metrics exposition is empty (is the server started with --enable-metrics?)")
     lines = text.split("\n")
@@ -257,9 +275,21 @@ def parse_metrics(text: str) -> MetricsObservation:
     wanted = _WANTED_PREFIXES
     sample_kind = _SAMPLE_KIND
     name_start = _NAME_START
+    max_line = limits.max_line_bytes
+    max_labels = limits.max_labels_per_series
+    series_left = limits.max_series
     for index, line in enumerate(lines):
+        if len(line) > max_line:
+            raise MetricsLimitExceeded(
+                f"metrics line {index + 1}: {len(line)} characters, more than max_line_bytes={max_line}"
+            )
         if line.startswith(wanted):
-            _read_sample(line, index + 1, sample_kind, acc, families)
+            series_left -= 1
+            if series_left < 0:
+                raise MetricsLimitExceeded(
+                    f"metrics line {index + 1}: more than max_series={limits.max_series} samples of the families read"
+                )
+            _read_sample(line, index + 1, sample_kind, acc, families, max_labels)
         elif line.startswith("sglang:") or not line:
             continue  # another SGLang family, a blank line
         elif line[0] == "#":
@@ -312,13 +342,20 @@ class _SeriesInfo(NamedTuple):
     skip: bool  # a per-priority breakdown of a scheduler metric
     le: float | None
     model_name: str | None
+    label_count: int
 
 
+# Every scrape repeats the same label sets, so their parse is cached. Bounded by entries AND characters: a
+# target whose label sets change every scrape (or are huge) churns the cache but cannot grow it.
 _SERIES_CACHE: dict[str, _SeriesInfo] = {}
 _SERIES_CACHE_LIMIT = 8192
+_SERIES_CACHE_MAX_KEY = 1024  # longer label sets are parsed every time, never kept
+_SERIES_CACHE_MAX_CHARS = 2 << 20
+_series_cache_chars = 0
 
 
 def _series_info(label_text: str, line: str, line_number: int) -> _SeriesInfo:
+    global _series_cache_chars
     info = _SERIES_CACHE.get(label_text)
     if info is not None:
         return info
@@ -348,10 +385,15 @@ def _series_info(label_text: str, line: str, line_number: int) -> _SeriesInfo:
         skip=rank_key is not None and bool(labels.get("priority")),
         le=le,
         model_name=labels.get("model_name"),
+        label_count=len(labels),
     )
-    if len(_SERIES_CACHE) >= _SERIES_CACHE_LIMIT:
+    if len(label_text) > _SERIES_CACHE_MAX_KEY:
+        return info
+    if len(_SERIES_CACHE) >= _SERIES_CACHE_LIMIT or _series_cache_chars > _SERIES_CACHE_MAX_CHARS:
         _SERIES_CACHE.clear()
+        _series_cache_chars = 0
     _SERIES_CACHE[label_text] = info
+    _series_cache_chars += len(label_text)
     return info
 
 
@@ -361,6 +403,7 @@ def _read_sample(
     sample_kind: dict[str, tuple[int, str, str]],
     acc: _Accumulator,
     families: set[str],
+    max_labels: int,
 ) -> None:
     brace = line.find("{")
     if brace >= 0:
@@ -389,6 +432,11 @@ def _read_sample(
             f"metrics line {line_number}: value {tail[0]!r} of {name} is not a number"
         ) from None
     info = _series_info(label_text, line, line_number)
+    if info.label_count > max_labels:
+        raise MetricsLimitExceeded(
+            f"metrics line {line_number}: {info.label_count} labels on {name}, more than "
+            f"max_labels_per_series={max_labels}"
+        )
     families.add(family)
     if acc.model_name is None:
         acc.model_name = info.model_name
