@@ -804,8 +804,11 @@ class LogDigest:
 def digest(events: Iterable[LogEvent], *, source: str) -> LogDigest:
     """Fold parsed events into a LogDigest; a boot block SGLang left incomplete becomes an error, not a raise."""
     out = LogDigest()
+    swa_lines = 0
     for event in events:
-        if isinstance(event, RequestRecord):
+        if isinstance(event, StatsLine):
+            swa_lines += event.swa_used_tokens is not None
+        elif isinstance(event, RequestRecord):
             out.request_lengths.append((event.prompt_tokens, event.completion_tokens))
         elif isinstance(event, Retraction):
             out.retracted_requests += event.retracted_requests
@@ -814,4 +817,9 @@ def digest(events: Iterable[LogEvent], *, source: str) -> LogDigest:
                 out.boot = parse_boot_log("\n".join(event.lines), source=f"boot block in {source}")
             except InputError as exc:
                 out.errors.append(str(exc))
+    if swa_lines:
+        out.errors.append(
+            f"{source}: {swa_lines} batch lines of an SWA-hybrid model (#swa token): full and sliding-window KV "
+            "pools, no Mamba state pool, so --mamba-full-memory-ratio does not apply"
+        )
     return out

@@ -18,7 +18,7 @@ from advisor.sim.exposition import scheduler_ranks
 from advisor.sim.workload import load_workload
 from advisor.sources.bootlog import BootInfo, parse_boot_log, read_boot_log
 from advisor.sources.formats import LINE_FORMATS, log_era, parse_server_args
-from advisor.sources.loglines import BootBlock, LogLineParser, StatsLine, parse_line
+from advisor.sources.loglines import BootBlock, LogLineParser, StatsLine, digest, parse_line
 from advisor.sources.metrics import MetricsParseError, parse_metrics
 from advisor.sources.server_info import serving_config_from_args
 
@@ -181,6 +181,9 @@ def test_swa_hybrid_lines_are_read_as_swa_not_as_a_mamba_pool() -> None:
     }
     assert stats[0].time == parse_line(lines[1]).time - 1  # type: ignore[union-attr]
     assert parser.unparsed_lines == 1  # the last line, cut inside its prefix
+    (note,) = digest(stats, source="030.log").errors
+    assert note.startswith("030.log: 3 batch lines of an SWA-hybrid model") and "does not apply" in note
+    assert digest(LogLineParser().feed(_text(QWEN36_011).splitlines()), source="011.log").errors == []
 
 
 def test_dp_tp_ep_prefixes_and_bench_lines_never_raise() -> None:
