@@ -183,6 +183,8 @@ def _state_line(message: str) -> StatePoolLine | None:
     if conv is None or ssm is None:
         return None
     size = int_after(message, "max_mamba_cache_size:")
+    if min(conv, ssm) < 0 or (size is not None and size < 0):
+        return None
     return StatePoolLine(
         max_mamba_cache_size=-1 if size is None else size,
         conv_gib=conv,
@@ -204,7 +206,7 @@ def _kv_sizes(message: str, at: int) -> float | None:
 def _kv_line(message: str, marker_at: int, upper_bound: bool) -> KVPoolLine | None:
     tokens = int_after(message, "#tokens:", marker_at)
     size = _kv_sizes(message, marker_at)
-    if tokens is None or size is None:
+    if tokens is None or size is None or tokens < 0 or size < 0:
         return None
     label = message[:marker_at].strip() or None
     return KVPoolLine(word_after(message, "dtype: ", marker_at), tokens, size, label, upper_bound)
@@ -273,14 +275,15 @@ def _load_end(message: str) -> tuple[str | None, float | None, float | None]:
 
 def _caps(message: str) -> _Caps | None:
     tokens = int_after(message, "max_total_num_tokens=")
-    if tokens is None:
+    if tokens is None or tokens < 0:
         return None
     avail = float_after(message, "available_gpu_mem=")
     if avail is None:
         avail = float_after(message, "available_cpu_mem=")
+    mrr = int_after(message, "max_running_requests=")
     return _Caps(
         tokens,
-        int_after(message, "max_running_requests="),
+        None if mrr is None or mrr < 0 else mrr,
         int_after(message, "chunked_prefill_size="),
         int_after(message, "context_len="),
         avail,

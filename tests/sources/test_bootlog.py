@@ -3,6 +3,8 @@
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from advisor.errors import InputError
 from advisor.sources.bootlog import parse_boot_log, read_boot_log
@@ -172,3 +174,24 @@ def test_labels_with_spaces_trailing_spaces_and_a_line_that_lost_its_bracket():
     boot = parse_boot_log(text)
     assert (boot.state_pool.max_mamba_cache_size, boot.kv_pool.label, boot.kv_pool.kv_gib) == (64, "MiniMax MSA-v1 main NVFP4", 3.0)
     assert (boot.max_running_requests, boot.available_gpu_mem_gib) == (21, 5.0)
+
+
+_FRAGMENTS = [
+    "[2026-11-29 10:00:46 TP0] ", "[2026-11-29 10:00:46 DP1 PP1 TP3 EP3] ", "2026-11-29 10:00:46 TP1] ", "[Gloo] ",
+    "Mamba Cache is allocated. ", "max_mamba_cache_size: ", "conv_state size: ", "ssm_state size: ", "KV Cache is allocated. ",
+    "KV Cache VA upper bound. ", "dtype: ", "#tokens: ", "K size: ", "V size: ", "KV size: ", "GB", " GB", "12", "0.5", "-3",
+    "1e400", "nan", ", ", " ", "max_total_num_tokens=", "max_running_requests=", "server_args=", "ServerArgs(", "{", "}",
+    "(", ")", "[", "]", "'", '"', "=", ":", "Load weight begin. avail mem=", "Load weight end. type=", "Memory pool end. ",
+    "Post-capture KV sizing: KV cache allocated. ", "max_running_requests is capped to ", " state slots per request", "\n",
+]  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(_FRAGMENTS), max_size=80))
+def test_any_mix_of_boot_fragments_parses_or_is_refused_with_an_input_error(pieces):
+    try:
+        boot = parse_boot_log("".join(pieces))
+    except InputError as exc:
+        assert "\n" not in str(exc)
+    else:
+        assert boot.state_pool.max_mamba_cache_size >= 0 and boot.kv_pool.tokens >= 0
