@@ -37,6 +37,9 @@ class TargetConfig:
     state_bytes_per_slot: float | None = None
     kv_bytes_per_token: float | None = None
     rest_gib: float | None = None
+    # SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK as the server runs it (S drops by one); None: as /server_info shows,
+    # else assumed off (SGLang only exposes it with SGLANG_EXPOSE_OWN_ENV_VARS=1).
+    skip_decode_lock: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -198,9 +201,12 @@ def _target(raw: Any, index: int, env: Mapping[str, str]) -> TargetConfig:
             numbers[key] = _number(raw[key], f"{where}.{key}", low=low, high=high, unit=unit)
     if ("state_bytes_per_slot" in numbers) != ("kv_bytes_per_token" in numbers):
         raise InputError(f"fields '{where}.state_bytes_per_slot' and '{where}.kv_bytes_per_token' go together")
+    skip_decode_lock = raw.get("skip_decode_lock")
+    if skip_decode_lock is not None and not isinstance(skip_decode_lock, bool):
+        raise InputError(f"field '{where}.skip_decode_lock' must be true or false, got {_shown(skip_decode_lock)}")
     return TargetConfig(
         name=name, url=url.rstrip("/"), api_key=api_key, log_paths=tuple(logs),
-        boot_log=boot_log, **numbers,
+        boot_log=boot_log, skip_decode_lock=skip_decode_lock, **numbers,
     )
 
 

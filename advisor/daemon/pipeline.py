@@ -203,6 +203,8 @@ class TargetPipeline:
                 self._error("boot_log", str(exc))
             self._serving_error = str(exc)
             serving = ServingConfig()
+        if self.target.skip_decode_lock is not None:
+            serving = serving.with_skip_decode_lock(self.target.skip_decode_lock)
         overrides = ByteOverrides(self.target.state_bytes_per_slot, self.target.kv_bytes_per_token, self.target.rest_gib)
         return server_model(serving, self.server_info, self.boot, self.previous, overrides)
 

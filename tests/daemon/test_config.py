@@ -63,3 +63,10 @@ def test_no_targets_and_bad_yaml(tmp_path):
     bad.write_text("targets: [\n")
     with pytest.raises(InputError, match="not valid YAML at line"):
         build_config(bad, {}, {})
+
+
+def test_skip_decode_lock_must_be_a_boolean():
+    loaded = config_from_dict({"targets": [{"url": "http://127.0.0.1:1", "skip_decode_lock": True}]})
+    assert loaded.targets[0].skip_decode_lock is True
+    with pytest.raises(InputError, match=r"targets\[0\]\.skip_decode_lock"):
+        config_from_dict({"targets": [{"url": "http://127.0.0.1:1", "skip_decode_lock": "yes"}]})

@@ -113,3 +113,15 @@ def test_a_bug_in_one_cycle_is_counted_as_internal_and_the_daemon_goes_on(monkey
         monkeypatch.setattr(pipeline, "cycle", real_cycle)
         assert advisor.run_cycle()[0].up
         advisor.close()
+
+
+def test_the_configured_decode_lock_skip_sets_s():
+    with ReplayServer() as server:
+        default = advisor_for(server.url)
+        skipping = advisor_for(server.url, targets_extra={"skip_decode_lock": True})
+        plain = default.run_cycle()[0].recommendation
+        told = skipping.run_cycle()[0].recommendation
+        assert told.slots_per_request == plain.slots_per_request - 1
+        assert skipping.pipelines[0].server_model().serving.skip_decode_lock_source == "config"
+        default.close()
+        skipping.close()

@@ -137,4 +137,19 @@ def test_no_closed_loop_without_pool_sizes():
     blind = ServerModel(serving=ServingConfig(), constants=CONSTANTS, rest_bytes=None)
     rec = recommend(blind, picture, RecommenderSettings())
     assert rec.ratio == pytest.approx(optimal_ratio(9216, CONSTANTS.token_equiv, slots=5), rel=0.01)
-    assert rec.notes == [] and rec.nudge_evidence is None
+    assert rec.nudge_evidence is None and not any("nudged" in note for note in rec.notes)
+
+
+def test_the_assumed_decode_lock_skip_is_said_and_a_configured_one_is_not():
+    est, now = run([[(8192, 1024)] * 600])
+    picture = picture_of(est, now)
+    assumed = recommend(model(strategy="extra_buffer_lazy"), picture, RecommenderSettings())
+    configured = ServerModel(serving=ServingConfig(strategy="extra_buffer_lazy").with_skip_decode_lock(False),
+                             constants=CONSTANTS, rest_bytes=REST)
+    told = recommend(configured, picture, RecommenderSettings())
+    assert told.ratio == pytest.approx(assumed.ratio)  # same S: only what is said differs
+    assert sum("SKIP_DECODE_LOCK" in note for note in assumed.notes) == 1
+    assert not any("SKIP_DECODE_LOCK" in note for note in told.notes)
+    skipping = ServerModel(serving=ServingConfig(strategy="extra_buffer_lazy").with_skip_decode_lock(True),
+                           constants=CONSTANTS, rest_bytes=REST)
+    assert recommend(skipping, picture, RecommenderSettings()).slots_per_request == assumed.slots_per_request - 1
