@@ -1,14 +1,19 @@
-"""Per-interval deltas of SGLang's lifetime counters between two `/metrics` scrapes (pure).
+"""Per-interval deltas of SGLang's lifetime counters between two `/metrics` scrapes (pure), and a tracker that
+keeps them honest across restarts, counters going backwards and a URL flipping between servers.
 
 Counters and token histograms only ever grow while a server lives; a decrease, a vanished series, a changed
-DP layout, changed histogram buckets or a changed pool constant means the server restarted. Then every delta
-is rebased on the current value (the counters restarted from 0) and `restarted` tells the caller to re-read
-the serving config.
+DP layout, changed histogram buckets or a changed pool constant means the server restarted. `diff_counters`
+then rebases every delta on the current value and sets `restarted`. `CounterTracker` goes further: it keeps
+the last scrape of a few recent counter lineages, so a flip back to an earlier server (or a counter that
+dipped and recovered) is diffed against that server's own last scrape, and a lineage never seen before is
+a baseline (nothing added): lifetime totals are never re-added, at the cost of at most one interval of
+traffic after a genuine restart.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 
 from advisor.sources.metrics import Histogram, MetricsObservation, RankMetrics
 
@@ -208,3 +213,116 @@ def diff_counters(
         since_start=False,
         interval_seconds=interval_seconds,
     )
+
+
+SWITCH_GROWTH_FACTOR = 10.0
+
+
+def _growth(delta: ObservationDelta) -> float:
+    """How much happened in a (consistent) delta: the sum of every counter's growth, to pick the nearest
+    predecessor among remembered scrapes (the right one grew least)."""
+    total = 0.0
+    for value in (delta.requests, delta.aborted_requests, delta.prompt_tokens, delta.generation_tokens,
+                  delta.cached_tokens, delta.retracted_requests):
+        if value is not None and math.isfinite(value):
+            total += value
+    for histogram in (delta.prompt_tokens_histogram, delta.generation_tokens_histogram, delta.queue_time_histogram):
+        if histogram is not None and math.isfinite(histogram.count):
+            total += histogram.count
+    return total
+
+
+def _zero_histogram(histogram: Histogram | None) -> Histogram | None:
+    if histogram is None:
+        return None
+    return Histogram(histogram.upper_bounds, tuple(0.0 for _ in histogram.upper_bounds), 0.0, 0.0)
+
+
+def _baseline(cur: MetricsObservation, reasons: tuple[str, ...]) -> ObservationDelta:
+    """Nothing happened (as far as we can tell): the first scrape of a lineage we have not seen before."""
+
+    def zero(value: float | None) -> float | None:
+        return None if value is None else 0.0
+
+    return ObservationDelta(
+        ranks=[
+            RankCounterDelta(rank.dp_rank, zero(rank.retracted_requests_total), zero(rank.retracted_input_tokens_total),
+                             zero(rank.retracted_output_tokens_total))
+            for rank in cur.ranks
+        ],
+        requests=zero(cur.requests_total),
+        aborted_requests=zero(cur.aborted_requests_total),
+        prompt_tokens=zero(cur.prompt_tokens_total),
+        generation_tokens=zero(cur.generation_tokens_total),
+        cached_tokens=zero(cur.cached_tokens_total),
+        prompt_tokens_histogram=_zero_histogram(cur.prompt_tokens_histogram),
+        generation_tokens_histogram=_zero_histogram(cur.generation_tokens_histogram),
+        queue_time_histogram=_zero_histogram(cur.queue_time_histogram),
+        restarted=True,
+        restart_reasons=reasons,
+        since_start=False,
+        interval_seconds=None,
+    )
+
+
+class CounterTracker:
+    """Successive scrapes of one target -> honest deltas, and a count of the restarts (or server switches)
+    seen. Keeps at most `max_lineages` observations, each forgotten after `forget_after` scrapes without a
+    match (so a restarted server whose totals later overtake its predecessor's is not mistaken for it);
+    each diff costs at most `max_lineages` calls of `diff_counters`."""
+
+    def __init__(self, max_lineages: int = 4, forget_after: int = 4) -> None:
+        self.max_lineages = max(1, int(max_lineages))
+        self.forget_after = max(1, int(forget_after))
+        self._recent: list[tuple[MetricsObservation, int]] = []  # (last scrape, scrape number), newest first
+        self._scrapes = 0
+        self.restarts_total = 0
+        self.last_restart_timestamp: float | None = None
+        self.last_restart_reason: str | None = None
+
+    @property
+    def previous(self) -> MetricsObservation | None:
+        return self._recent[0][0] if self._recent else None
+
+    def diff(self, cur: MetricsObservation, now: float | None = None,
+             interval_seconds: float | None = None) -> ObservationDelta:
+        """The delta of `cur` against the remembered scrape it continues (least growth among the consistent
+        ones). None consistent: a restart or an unseen server, counted, and a baseline delta."""
+        self._scrapes += 1
+        if not self._recent:
+            self._recent = [(cur, self._scrapes)]
+            return diff_counters(None, cur, interval_seconds=interval_seconds)
+        newest = self._recent[0]
+        self._recent = [newest] + [item for item in self._recent[1:] if self._scrapes - item[1] <= self.forget_after]
+        newest_delta = diff_counters(newest[0], cur, interval_seconds=interval_seconds)
+        first_reasons = newest_delta.restart_reasons
+        best: tuple[float, int, ObservationDelta] | None = None
+        for index, (earlier, _) in enumerate(self._recent[1:], start=1):
+            delta = diff_counters(earlier, cur, interval_seconds=interval_seconds)
+            if delta.restarted:
+                continue
+            growth = _growth(delta)
+            if best is None or growth < best[0]:
+                best = (growth, index, delta)
+        # The newest scrape wins unless it is inconsistent, or an older one is a far closer predecessor (a flip
+        # from a big server to a small one and back looks like growth: ten times less growth says otherwise).
+        if not newest_delta.restarted and (best is None or best[0] * SWITCH_GROWTH_FACTOR >= _growth(newest_delta)):
+            self._recent[0] = (cur, self._scrapes)
+            return newest_delta
+        if best is not None:
+            _, index, delta = best
+            del self._recent[index]
+            self._recent.insert(0, (cur, self._scrapes))
+            reason = "counters continue an earlier scrape, not the last one (the URL flipped between servers, or a dip recovered)"
+            self._record(now, reason)
+            return replace(delta, restarted=True, restart_reasons=(reason, *first_reasons))
+        self._recent.insert(0, (cur, self._scrapes))
+        del self._recent[self.max_lineages :]
+        reason = "restart or new server: " + (first_reasons[0] if first_reasons else "counters changed")
+        self._record(now, reason)
+        return replace(_baseline(cur, (reason, *first_reasons)), interval_seconds=interval_seconds)
+
+    def _record(self, now: float | None, reason: str) -> None:
+        self.restarts_total += 1
+        self.last_restart_timestamp = now
+        self.last_restart_reason = reason
