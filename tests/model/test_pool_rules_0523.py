@@ -9,6 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from advisor.errors import InputError
 from advisor.model.pools import GIB, ByteConstants, optimal_ratio, optimal_ratio_for, split_pools
@@ -224,3 +226,28 @@ def test_eagle_draft_kv_from_a_model_config():
     # under PP the fullest stage's attention layers are the denominator (3 of 12 at pp 5)
     staged = model_bytes(load_hf_config(CONFIGS / QWEN3_NEXT), tp_size=8, pp_size=5)
     assert eagle_draft_kv_bytes_per_token(staged, 1) == staged.kv_bytes_per_token // 3
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    ratio=st.floats(min_value=0.05, max_value=20),
+    family=st.sampled_from([None, "gdn", "kda", "mamba2"]),
+    replay=st.booleans(),
+    draft=st.integers(min_value=0, max_value=8),
+    draft_kv=st.floats(min_value=0, max_value=KV),
+    ring=st.floats(min_value=0, max_value=STATE / 4),
+    radix_off=st.booleans(),
+)
+def test_split_never_spends_more_than_rest(ratio, family, replay, draft, draft_kv, ring, radix_off):
+    # Whatever the rule, the pools, the padding slots, rings and intermediate states fit in rest, and the
+    # clamp never exceeds what the state pool holds at S slots per request.
+    config = ServingConfig(
+        mamba_full_memory_ratio=ratio, linear_family=family, replayssm=replay, disable_radix_cache=radix_off,
+        speculative_algorithm="EAGLE" if draft else None, draft_tokens=draft,
+        max_running_requests=32 if radix_off else None,
+    )
+    constants = ByteConstants(STATE, KV, draft_kv_bytes_per_token=draft_kv, replayssm_ring_bytes_per_request=ring)
+    split = split_pools(REST, config, constants)
+    assert split.state_pool_bytes + split.kv_pool_bytes + split.intermediate_bytes <= REST + 1
+    assert split.max_running_requests <= split.max_mamba_cache_size // slots_per_request(config)
+    assert split.kv_capacity_tokens * (KV + (draft_kv if draft else 0)) <= split.kv_pool_bytes + 1
