@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from dataclasses import replace
 from typing import Any
 
@@ -41,6 +42,58 @@ def register(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     recommend_store.add_arguments(p)
     p.set_defaults(handler=run)
+
+
+# r* outside this range says the inputs are inconsistent (SGLang's own examples sit within 0.1..10).
+RATIO_LOW, RATIO_HIGH = 1e-4, 1e4
+# Every numeric flag: (flag, lowest, highest, unit). Outside -> one line naming the flag, exit 2.
+_FLAG_RANGES: dict[str, tuple[str, float, float, str]] = {
+    "context_length": ("--context-length", 1.0, 1e8, "tokens"),
+    "state_bytes_per_slot": ("--state-bytes-per-slot", 1.0, 1e12, "bytes"),
+    "kv_bytes_per_token": ("--kv-bytes-per-token", 1.0, 1e10, "bytes"),
+    "rest_gib": ("--rest-gib", 1e-3, 1e5, "GiB"),
+    "tp_size": ("--tp-size", 1, 4096, ""),
+    "pp_size": ("--pp-size", 1, 4096, ""),
+    "dcp_size": ("--dcp-size", 1, 4096, ""),
+    "page_size": ("--page-size", 1, 1 << 20, "tokens"),
+    "draft_tokens": ("--draft-tokens", 0, 4096, "tokens"),
+}
+
+
+def _in_range(value: float, what: str, low: float, high: float, unit: str) -> None:
+    suffix = f" {unit}" if unit else ""
+    if not math.isfinite(value) or not low <= value <= high:
+        raise InputError(f"{what} must be a finite number in [{low:g}, {high:g}]{suffix}, got {value:g}")
+
+
+def check_ranges(args: argparse.Namespace) -> None:
+    """Every numeric flag given is finite and within its range (a message naming the flag otherwise)."""
+    for attribute, (flag, low, high, unit) in _FLAG_RANGES.items():
+        value = getattr(args, attribute, None)
+        if value is not None:
+            _in_range(float(value), flag, low, high, unit)
+
+
+def _check_boot(boot: BootInfo, constants: ByteConstants, rest: float | None) -> None:
+    """What a boot log gave is as plausible as what a flag may give (a garbled log must not become advice)."""
+    _in_range(constants.state_bytes_per_slot, "the boot log's state bytes per slot", 1.0, 1e12, "bytes")
+    _in_range(constants.kv_bytes_per_token, "the boot log's KV bytes per token", 1.0, 1e10, "bytes")
+    if rest is not None:
+        _in_range(rest / GIB, "the boot log's pool budget (rest)", 1e-3, 1e5, "GiB")
+    mfs = boot.server_args.get("mem_fraction_static") if isinstance(boot.server_args, dict) else None
+    if isinstance(mfs, (int, float)) and not isinstance(mfs, bool):
+        _in_range(float(mfs), "the boot log's mem_fraction_static", 1e-3, 1.0, "")
+
+
+def finite_or_none(value: Any) -> Any:
+    """`value` with every non-finite float replaced by None (JSON has no NaN or Infinity)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: finite_or_none(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_or_none(item) for item in value]
+    return value
 
 
 def _boot_config(boot: BootInfo | None) -> ServingConfig:
@@ -106,17 +159,16 @@ def run(args: argparse.Namespace) -> int:
         return recommend_store.run(args)
     if args.context_length is None:
         raise InputError("--context-length is required (or give --prometheus-url for one recommendation per server)")
+    check_ranges(args)
     boot = read_boot_log(args.boot_log) if args.boot_log else None
     config = _serving_config(args, boot)
     constants = _constants(args, boot, config)
-    if args.context_length <= 0:
-        raise InputError(f"--context-length must be > 0 tokens, got {args.context_length:g}")
     if args.rest_gib is not None:
-        if args.rest_gib <= 0:
-            raise InputError(f"--rest-gib must be > 0, got {args.rest_gib:g}")
         rest = args.rest_gib * GIB
     else:
         rest = boot.rest_bytes if boot is not None else None
+    if boot is not None:
+        _check_boot(boot, constants, rest)
     memory = MemoryFacts()
     if boot is not None:
         memory = MemoryFacts(
@@ -158,8 +210,19 @@ def run(args: argparse.Namespace) -> int:
             )
         out = advice.to_dict()
     out["live"] = live
+    ratio = out.get("ratio")
+    if not isinstance(ratio, (int, float)) or not math.isfinite(ratio) or not RATIO_LOW <= ratio <= RATIO_HIGH:
+        raise InputError(
+            f"these inputs give r* = {ratio:g}, outside [{RATIO_LOW:g}, {RATIO_HIGH:g}]: check --context-length "
+            f"({args.context_length:g}) against the byte constants ({constants.state_bytes_per_slot:g} B per slot, "
+            f"{constants.kv_bytes_per_token:g} B per token)"
+        )
+    kv_requests = out.get("kv_capacity_requests")
+    if out.get("predicted_max_running_requests") == 0 and isinstance(kv_requests, (int, float)) and kv_requests < 1:
+        source = f"--rest-gib {args.rest_gib:g}" if args.rest_gib is not None else "the boot log's pool budget"
+        raise InputError(f"{source} holds no request of {args.context_length:g} tokens at r*: the budget is too small")
     if args.json:
-        print(json.dumps(out, indent=1, sort_keys=True))
+        print(json.dumps(finite_or_none(out), indent=1, sort_keys=True, allow_nan=False))
         return 0
     print(_report(advice.to_dict(), live))
     return 0
