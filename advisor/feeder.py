@@ -39,12 +39,14 @@ def constants_from_server_info(info: ServerInfo) -> tuple[ByteConstants, float] 
     if serving.max_mamba_cache_size is not None or not info.shards:
         return None
     shard = info.shards[0]
-    if not (shard.kv_cache_gb and shard.kv_capacity_tokens and shard.max_mamba_cache_size):
+    # Under DCP /server_info's token_capacity is logical (physical rows x dcp); the bytes hold physical rows.
+    physical_tokens = shard.kv_capacity_physical_tokens or shard.kv_capacity_tokens
+    if not (shard.kv_cache_gb and physical_tokens and shard.max_mamba_cache_size):
         return None
     kv_bytes = shard.kv_cache_gb * GIB
     ratio = serving.mamba_full_memory_ratio
     per_slot = ratio * kv_bytes / (shard.max_mamba_cache_size + 1.5 + 0.5 * ratio)
-    per_token = kv_bytes / (shard.kv_capacity_tokens + serving.page_size)
+    per_token = kv_bytes / (physical_tokens + serving.page_size)
     rest = kv_bytes + (shard.max_mamba_cache_size + 1) * per_slot
     return ByteConstants(per_slot, per_token), rest
 
@@ -132,7 +134,8 @@ def server_model(
     clamp = cache = kv_tokens = None
     if server_info is not None and server_info.shards:
         shard = server_info.shards[0]
-        clamp, cache, kv_tokens = shard.effective_max_running_requests, shard.max_mamba_cache_size, shard.kv_capacity_tokens
+        clamp, cache = shard.effective_max_running_requests, shard.max_mamba_cache_size
+        kv_tokens = shard.kv_capacity_physical_tokens or shard.kv_capacity_tokens
     if boot is not None:
         clamp = clamp or boot.max_running_requests
     memory = memory_facts(serving, boot, metrics, rest)

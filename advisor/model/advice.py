@@ -177,13 +177,16 @@ def advise(
             "ReplaySSM spec-verify moves the draft states to a fixed ring: D = 0 per request "
             f"(using the {config.draft_tokens} draft tokens would overstate r by {(slots + config.draft_tokens) / slots:.1f}x)"
         )
-    if config.dcp_size > 1 and draft > 0:
+    if spec_enabled(config) and draft > 0:
         if constants.draft_kv_bytes_per_token > 0:
-            notes.append("DCP + spec: direct solve with the un-sharded draft KV (the clean x dcp_size would overstate r)")
+            notes.append(
+                "spec decoding: the draft model's KV is priced inside each token's cell "
+                f"({constants.draft_kv_bytes_per_token:,.0f} of {constants.kv_bytes_per_token + constants.draft_kv_bytes_per_token:,.0f} bytes)"
+            )
         else:
             notes.append(
-                "DCP + spec: a replicated draft KV does not shard by dcp_size, so this r overstates DCP's advantage; "
-                "give a boot log with the draft model's KV line for the direct solve"
+                "spec decoding: the draft model's KV is unknown, so each token's cell is underpriced and r overstated; "
+                "give a boot log with the draft model's KV line"
             )
     kv_dtype = (config.kv_cache_dtype or "auto").lower()
     if kv_dtype.startswith("fp8") or kv_dtype.startswith("fp4") or kv_dtype.startswith("nvfp4") or kv_dtype == "mxfp8":

@@ -163,3 +163,14 @@ def test_free_lever_from_the_start_up_gauges_when_no_boot_log_is_followed():
     # the boot log, when followed, wins; without mem_fraction_static or pool bytes there is no lever
     assert server_model(serving, None, _boot(), observation).memory.idle_after_pools_gib == _boot().memory_pool_end_avail_gib
     assert free_lever(server_model(ServingConfig(), None, None, observation).memory) == (None, None)
+
+
+def test_inversion_uses_physical_rows_under_dcp():
+    body = json.loads((SERVER_INFO / "server_info-tp8-default.json").read_text())
+    plain = constants_from_server_info(parse_server_info(body))
+    body["dcp_size"] = 8
+    for state in body["internal_states"]:
+        state["memory_usage"]["token_capacity"] *= 8  # SGLang reports logical tokens (rows x dcp) under DCP
+    under_dcp = constants_from_server_info(parse_server_info(body))
+    assert under_dcp[0].kv_bytes_per_token == pytest.approx(plain[0].kv_bytes_per_token, rel=1e-6)
+    assert under_dcp[0].token_equiv == pytest.approx(plain[0].token_equiv, rel=1e-6)

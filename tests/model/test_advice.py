@@ -29,7 +29,7 @@ def test_long_context_switches_to_pin():
     assert advice.pin_max_mamba_cache_size // 5 == int(REST / per_request)
 
 
-def test_dcp_recommends_pin_and_direct_solve_note():
+def test_dcp_recommends_pin_and_says_the_draft_kv_is_unpriced():
     advice = advise(
         ServingConfig(strategy="extra_buffer_lazy", dcp_size=8, speculative_algorithm="EAGLE", draft_tokens=4),
         CONSTANTS,
@@ -37,7 +37,12 @@ def test_dcp_recommends_pin_and_direct_solve_note():
         rest_bytes=REST,
     )
     assert advice.pin_max_mamba_cache_size is not None
-    assert any("DCP + spec" in note for note in advice.notes)
+    assert any("draft model's KV is unknown" in note for note in advice.notes)
+    priced = advise(
+        ServingConfig(strategy="extra_buffer_lazy", dcp_size=8, speculative_algorithm="EAGLE", draft_tokens=4),
+        ByteConstants(CONSTANTS.state_bytes_per_slot, CONSTANTS.kv_bytes_per_token, 2000.0), 9216, rest_bytes=REST,
+    )
+    assert any("priced inside each token's cell" in note for note in priced.notes)
 
 
 def test_free_lever_from_idle_memory():
