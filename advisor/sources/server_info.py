@@ -1,8 +1,8 @@
-"""Fetch and read SGLang's `/server_info` (the serving config and per-DP-shard pool sizes) and `/v1/loads`.
+"""Fetch and read SGLang's `/server_info` (the serving config and per-DP-shard pool sizes).
 
 Field names follow SGLang 0.5.23 (`entrypoints/http_server.py`, `managers/scheduler_components/
-internal_state.py`, `managers/load_snapshot.py`) with fallbacks for older releases: `/get_server_info`
-before 0.5.10, `mamba_scheduler_strategy` before 0.5.16, `/get_load` before `/v1/loads`.
+internal_state.py`) with fallbacks for older releases: `/get_server_info`
+before 0.5.10, `mamba_scheduler_strategy` before 0.5.16.
 """
 
 from __future__ import annotations
@@ -56,18 +56,6 @@ class ServerInfo:
     shards: list[ServerShard]
 
 
-@dataclass(frozen=True)
-class LoadShard:
-    """One DP rank of `/v1/loads` (live counts and the effective caps). No mamba fields exist there."""
-
-    dp_rank: int
-    running_requests: int
-    waiting_requests: int
-    max_running_requests: int | None
-    max_total_num_tokens: int | None
-    num_used_tokens: int | None
-
-
 def _join(base_url: str, path: str) -> str:
     return base_url.rstrip("/") + path
 
@@ -77,14 +65,6 @@ def fetch_server_info(client: HttpClient, base_url: str) -> FetchResult:
     result = client.get_json(_join(base_url, "/server_info"))
     if result.status == 404:
         return client.get_json(_join(base_url, "/get_server_info"))
-    return result
-
-
-def fetch_loads(client: HttpClient, base_url: str) -> FetchResult:
-    """GET `/v1/loads`, or the older `/get_load` when the first answers 404."""
-    result = client.get_json(_join(base_url, "/v1/loads"))
-    if result.status == 404:
-        return client.get_json(_join(base_url, "/get_load"))
     return result
 
 
@@ -245,34 +225,3 @@ def parse_server_info(body: dict[str, Any], *, architecture: str | None = None) 
         model_name=model_name,
         shards=shards,
     )
-
-
-def parse_loads(body: dict[str, Any] | list[Any]) -> list[LoadShard]:
-    """`/v1/loads` (`{"loads": [...]}`) or the older `/get_load` list, one LoadShard per DP rank."""
-    if isinstance(body, dict):
-        entries = body.get("loads")
-        if not isinstance(entries, list):
-            raise InputError("v1/loads: no 'loads' list in the response")
-    elif isinstance(body, list):
-        entries = body
-    else:
-        raise InputError(f"v1/loads: expected a JSON object, got {type(body).__name__}")
-    shards = []
-    for index, entry in enumerate(entries):
-        where = f"v1/loads loads[{index}]"
-        if not isinstance(entry, dict):
-            raise InputError(f"{where} is not an object")
-        running = _int(entry, "num_running_reqs", where=where)
-        if running is None:
-            running = _int(entry, "num_reqs", where=where)  # /get_load before 0.5.10
-        shards.append(
-            LoadShard(
-                dp_rank=_int_or(entry, "dp_rank", index, where=where),
-                running_requests=running or 0,
-                waiting_requests=_int_or(entry, "num_waiting_reqs", 0, where=where),
-                max_running_requests=_int(entry, "max_running_requests", where=where),
-                max_total_num_tokens=_int(entry, "max_total_num_tokens", where=where),
-                num_used_tokens=_int(entry, "num_used_tokens", where=where),
-            )
-        )
-    return sorted(shards, key=lambda shard: shard.dp_rank)

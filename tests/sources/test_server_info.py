@@ -1,4 +1,4 @@
-"""/server_info and /v1/loads: golden tests on the genuine bodies, old-version fallbacks, bad input."""
+"""/server_info: golden tests on the genuine bodies, old-version fallbacks, bad input."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from support import LoopbackServer
 from advisor.errors import InputError
 from advisor.model.serving import slots_per_request
 from advisor.sources.http import HttpClient
-from advisor.sources.server_info import fetch_loads, fetch_server_info, parse_loads, parse_server_info
+from advisor.sources.server_info import fetch_server_info, parse_server_info
 
 SHARED = Path(__file__).resolve().parents[1] / "fixtures"
 # Each /server_info body matches a boot log: (body, boot log).
@@ -135,75 +135,22 @@ def test_not_an_object_is_an_input_error() -> None:
         parse_server_info([1, 2])  # type: ignore[arg-type]
 
 
-# /v1/loads as SGLang 0.5.23 builds it (entrypoints/v1_loads.py, managers/load_snapshot.py LoadSnapshot).
-V1_LOADS = {
-    "timestamp": "2026-11-29T10:05:00+00:00",
-    "version": "0.5.23",
-    "accelerator": "NVIDIA H200",
-    "num_accelerators": 4,
-    "loads": [
-        {"timestamp": 1.0, "dp_rank": 1, "num_running_reqs": 72, "num_waiting_reqs": 10, "num_used_tokens": 387576,
-         "max_total_num_tokens": 1167552, "max_running_requests": 51, "token_usage": 0.33},
-        {"timestamp": 1.0, "dp_rank": 0, "num_running_reqs": 56, "num_waiting_reqs": 12, "num_used_tokens": 200088,
-         "max_total_num_tokens": 1167552, "max_running_requests": 51, "token_usage": 0.17},
-    ],
-}  # fmt: skip
-
-
-def test_parse_loads_v1_and_old_get_load() -> None:
-    shards = parse_loads(V1_LOADS)
-    assert [(s.dp_rank, s.running_requests, s.waiting_requests, s.num_used_tokens) for s in shards] == [
-        (0, 56, 12, 200088),
-        (1, 72, 10, 387576),
-    ]
-    assert {s.max_running_requests for s in shards} == {51}
-    old = parse_loads([{"dp_rank": 0, "num_reqs": 7, "num_waiting_reqs": 2, "num_tokens": 900}])
-    assert (old[0].running_requests, old[0].waiting_requests, old[0].max_running_requests) == (7, 2, None)
-
-
-@pytest.mark.parametrize(
-    ("body", "message"),
-    [
-        ({"nothing": 1}, "no 'loads' list"),
-        ({"loads": ["x"]}, r"loads\[0\] is not an object"),
-        ("text", "expected a JSON object"),
-    ],
-)
-def test_bad_loads_are_input_errors(body: object, message: str) -> None:
-    with pytest.raises(InputError, match=message):
-        parse_loads(body)  # type: ignore[arg-type]
-
-
 def test_fetch_falls_back_to_pre_0_5_10_endpoints() -> None:
     info_bytes = (SHARED / "server_info" / "server_info-tp8-default.json").read_bytes()
     routes = {
         "/get_server_info": (200, "application/json", info_bytes, 0.0),
-        "/get_load": (
-            200,
-            "application/json",
-            b'[{"dp_rank": 0, "num_reqs": 3, "num_waiting_reqs": 1}]',
-            0.0,
-        ),
     }
     with LoopbackServer(routes) as server:
         client = HttpClient(timeout_seconds=5)
         result = fetch_server_info(client, server.base_url + "/")
         assert result.ok and isinstance(result.body, dict)
         assert parse_server_info(result.body).shards[0].max_mamba_cache_size == 257
-        loads = fetch_loads(client, server.base_url)
-        assert loads.ok and parse_loads(loads.body)[0].running_requests == 3  # type: ignore[arg-type]
-        assert [path for path, _ in server.requests] == [
-            "/server_info",
-            "/get_server_info",
-            "/v1/loads",
-            "/get_load",
-        ]
+        assert [path for path, _ in server.requests] == ["/server_info", "/get_server_info"]
 
 
 def test_fetch_prefers_current_endpoints_and_reports_failures() -> None:
     routes = {
         "/server_info": (503, "text/plain", b"starting", 0.0),
-        "/v1/loads": (200, "application/json", json.dumps(V1_LOADS).encode(), 0.0),
     }
     with LoopbackServer(routes) as server:
         client = HttpClient(timeout_seconds=5)
@@ -211,9 +158,7 @@ def test_fetch_prefers_current_endpoints_and_reports_failures() -> None:
         assert (
             not failed.ok and failed.status == 503 and failed.error is not None and "HTTP 503" in failed.error
         )
-        loads = fetch_loads(client, server.base_url)
-        assert loads.ok and len(parse_loads(loads.body)) == 2  # type: ignore[arg-type]
-        assert [path for path, _ in server.requests] == ["/server_info", "/v1/loads"]
+        assert [path for path, _ in server.requests] == ["/server_info"]
 
 
 # --- issue 9: pool rules the body carries --------------------------------------------------------
