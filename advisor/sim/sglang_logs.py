@@ -269,12 +269,17 @@ def boot_block(
 
 def prefill_line(event: PrefillBatch, *, pending_tokens: int = 0) -> str:
     """The hybrid-SSM `Prefill batch` line (metrics_reporter.py:753-805)."""
-    return (
-        f"Prefill batch, #new-seq: {event.new_seqs}, #new-token: {event.new_tokens}, "
-        f"#cached-token: {event.cached_tokens}, full token usage: {event.full_token_usage:.2f}, "
-        f"mamba usage: {event.mamba_usage:.2f}, #running-req: {event.running_requests}, "
-        f"#queue-req: {event.queued_requests}, #pending-token: {pending_tokens}, cuda graph: False, "
-        f"input throughput (token/s): {event.input_throughput:.2f}"
+    return line_format("prefill_hybrid").template.format(
+        new_seqs=event.new_seqs,
+        new_tokens=event.new_tokens,
+        cached=event.cached_tokens,
+        usage=event.full_token_usage,
+        mamba_usage=event.mamba_usage,
+        running=event.running_requests,
+        queued=event.queued_requests,
+        pending=pending_tokens,
+        graph=False,
+        throughput=event.input_throughput,
     )
 
 
@@ -282,11 +287,16 @@ def decode_line(event: DecodeTick, *, accept: tuple[float, float] | None = None)
     """The hybrid-SSM `Decode batch` line (metrics_reporter.py:963-1071), ending at `#queue-req`;
     `accept` = (accept len, accept rate) with speculative decoding."""
     spec = f"accept len: {accept[0]:.2f}, accept rate: {accept[1]:.2f}, " if accept is not None else ""
-    return (
-        f"Decode batch, #running-req: {event.running_requests}, #full token: {event.kv_used_tokens}, "
-        f"full token usage: {event.full_token_usage:.2f}, mamba num: {event.mamba_used_slots}, "
-        f"mamba usage: {event.mamba_usage:.2f}, {spec}cuda graph: True, "
-        f"gen throughput (token/s): {event.gen_throughput:.2f}, #queue-req: {event.queued_requests}"
+    return line_format("decode_hybrid").template.format(
+        running=event.running_requests,
+        used=event.kv_used_tokens,
+        usage=event.full_token_usage,
+        mamba=event.mamba_used_slots,
+        mamba_usage=event.mamba_usage,
+        spec=spec,
+        graph=True,
+        throughput=event.gen_throughput,
+        queued=event.queued_requests,
     )
 
 

@@ -198,6 +198,17 @@ LINE_FORMATS: tuple[LineFormat, ...] = (
         "`accept len: …, accept rate: …, ` with speculative decoding; 0.5.23 may write `Decode batch [n],`",
     ),
     LineFormat(
+        "prefill_hybrid",
+        "Prefill batch",
+        "Prefill batch, #new-seq: {new_seqs}, #new-token: {new_tokens}, #cached-token: {cached}, "
+        "full token usage: {usage:.2f}, mamba usage: {mamba_usage:.2f}, #running-req: {running}, "
+        "#queue-req: {queued}, #pending-token: {pending}, cuda graph: {graph}, input throughput (token/s): {throughput:.2f}",
+        "0.5.4",
+        None,
+        "managers/scheduler_components/metrics_reporter.py",
+        "0.5.23 may write `Prefill batch [n],` (LOG_FORWARD_ITERS)",
+    ),
+    LineFormat(
         "decode_swa",
         "Decode batch",
         "Decode batch, #running-req: {running}, #full token: {used}, full token usage: {usage:.2f}, "
