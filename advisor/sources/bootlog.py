@@ -18,6 +18,7 @@ from advisor.sources.formats import (
     AUTO_STRATEGY_BEFORE_KV_DTYPE,
     float_after,
     int_after,
+    line_format,
     parse_server_args,
     word_after,
 )
@@ -170,11 +171,18 @@ def split_prefix(line: str) -> tuple[Rank | None, str]:
 
 # ------------------------------------------------------------------------------------------------ lines
 
-_KV_MARKERS = ("KV Cache is allocated.", "KV Cache VA upper bound.")
-_POST_KV = "Post-capture KV sizing: KV cache allocated."
-_POST_DRAFT_KV = "Post-capture KV sizing: draft KV cache allocated."
+# Markers from the one format table (formats.LINE_FORMATS) the emulator writes from too.
+_LOAD_BEGIN = line_format("load_weight_begin").marker
+_LOAD_END = line_format("load_weight_end").marker
+_MAMBA = line_format("mamba_pool").marker
+_KV_MARKERS = (line_format("kv_pool_dtype").marker, "KV Cache VA upper bound.")
+_POST_KV = line_format("kv_post_capture").marker
+_POST_DRAFT_KV = line_format("kv_post_capture_draft").marker
+_POOL_END = line_format("memory_pool_end").marker
+_CAPS = line_format("caps").marker
+_CAPPED = line_format("capped_by_state_pool").marker
 _HYBRID_HINTS = ("hybrid GDN", "hybrid linear attention", "Mamba", "mamba no_buffer", "GDN kernel")
-_SWA_HINTS = ("Use sliding window memory pool", "#swa token", "SWA KV Cache")
+_SWA_HINTS = (line_format("swa_pool").marker, "#swa token", "SWA KV Cache")
 
 
 def _state_line(message: str) -> StatePoolLine | None:
@@ -274,7 +282,7 @@ def _load_end(message: str) -> tuple[str | None, float | None, float | None]:
 
 
 def _caps(message: str) -> _Caps | None:
-    tokens = int_after(message, "max_total_num_tokens=")
+    tokens = int_after(message, _CAPS)
     if tokens is None or tokens < 0:
         return None
     avail = float_after(message, "available_gpu_mem=")
@@ -302,7 +310,7 @@ def _read_line(boot: _Boot, boots: list[_Boot], rank: Rank | None, message: str)
             boot.server_args = fields
             boot.server_args_form = "dict" if "server_args={" in message[:60] else "repr"
             return boot
-    if message.startswith("Load weight begin."):
+    if message.startswith(_LOAD_BEGIN):
         seen = boot.ranks.get(here)
         if seen is not None and (seen.states or seen.kvs or seen.caps):
             boots.append(boot)
@@ -310,12 +318,12 @@ def _read_line(boot: _Boot, boots: list[_Boot], rank: Rank | None, message: str)
         boot.at(here).load_begin = float_after(message, "avail mem=")
         boot.last_line = "Load weight begin"
         return boot
-    if message.startswith("Load weight end."):
+    if message.startswith(_LOAD_END):
         end = boot.at(here).load_end = _load_end(message)
         boot.model_class = boot.model_class or end[0]
         boot.last_line = "Load weight end"
         return boot
-    if message.startswith("Mamba Cache is allocated."):
+    if message.startswith(_MAMBA):
         state = _state_line(message)
         if state is not None:
             boot.at(here).states.append(state)
@@ -337,16 +345,16 @@ def _read_line(boot: _Boot, boots: list[_Boot], rank: Rank | None, message: str)
                 if kv.label is not None and "SWA" in kv.label:
                     boot.swa_seen = True
             return boot
-    if message.startswith("Memory pool end."):
+    if message.startswith(_POOL_END):
         boot.at(here).pool_end = float_after(message, "avail mem=")
         return boot
-    if message.startswith("max_total_num_tokens="):
+    if message.startswith(_CAPS):
         caps = _caps(message)
         if caps is not None:
             boot.at(here).caps = caps
             boot.last_line = "max_total_num_tokens="
         return boot
-    if message.startswith("max_running_requests is capped to ") and "mamba state" in message:
+    if message.startswith(_CAPPED) and "mamba state" in message:
         boot.at(here).capped_slots = _slots_per_request(message)
         return boot
     if rank is not None:
