@@ -9,7 +9,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from advisor.model.pools import GIB, split_pools
+from advisor.sim.clock import ManualClock
 from advisor.sim.config import SimServerConfig, load_server_config
 from advisor.sim.emulator import EmulatedServer
 from advisor.sim.exposition import OBSERVED_ONLY_FAMILIES
@@ -54,12 +54,27 @@ def shaped(name: str, **serving: object) -> SimServerConfig:
     )
 
 
-def wait_for(predicate: Callable[[], bool], timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.05)
+def emulated(*args: object, **kwargs: object) -> EmulatedServer:
+    """An emulated server on its own ManualClock: the simulation moves only when `step_until` steps it."""
+    clock = ManualClock()
+    server = EmulatedServer(*args, clock=clock, **kwargs)  # type: ignore[arg-type]
+    CLOCKS[id(server)] = clock
+    return server
+
+
+CLOCKS: dict[int, ManualClock] = {}
+
+
+def step_until(emu: EmulatedServer, predicate: Callable[[], bool], step_seconds: float = 0.05, limit: int = 20_000) -> None:
+    """Advance the emulator's clock `step_seconds` at a time (times its speed in simulated seconds) until
+    `predicate` holds; deterministic, no sleeping. Fails after `limit` steps."""
+    clock = CLOCKS[id(emu)]
+    for _ in range(limit):
+        if predicate():
+            return
+        clock.advance(step_seconds)
+        emu.sync()
+    raise AssertionError(f"condition not reached in {limit * step_seconds:g} clock seconds")
 
 
 def state(emu: EmulatedServer, **kw: str) -> dict:
@@ -84,8 +99,8 @@ def values(text: str, name: str) -> dict[tuple[tuple[str, str], ...], float]:
 
 @pytest.mark.parametrize("fixture,tp,dp", [("single", 1, 1), ("tp2", 2, 1), ("dp2tp4", 4, 2)])
 def test_metrics_match_the_genuine_fixture_shape(fixture, tp, dp):
-    with EmulatedServer(shaped("default", tp_size=tp, dp_size=dp), workload(CHAT), speed=SPEED) as emu:
-        wait_for(lambda: state(emu)["requests_finished"] >= 20)
+    with emulated(shaped("default", tp_size=tp, dp_size=dp), workload(CHAT), speed=SPEED) as emu:
+        step_until(emu, lambda: state(emu)["requests_finished"] >= 20)
         body = requests.get(emu.url + "/metrics", timeout=5)
     assert body.status_code == 200 and body.headers["content-type"].startswith("text/plain; version=0.0.4")
     want = families((FIXTURES / "metrics" / f"sglang-0.5.23-{fixture}.prom").read_text())
@@ -104,8 +119,8 @@ def test_metrics_match_the_genuine_fixture_shape(fixture, tp, dp):
 def test_server_info_model_info_loads_and_health_bodies():
     config = shaped("default", tp_size=2, dp_size=2)
     split = config.split()
-    with EmulatedServer(config, workload(CHAT), speed=SPEED, log_path=None) as emu:
-        wait_for(lambda: state(emu)["requests_finished"] >= 5)
+    with emulated(config, workload(CHAT), speed=SPEED, log_path=None) as emu:
+        step_until(emu, lambda: state(emu)["requests_finished"] >= 5)
         info = requests.get(emu.url + "/server_info", timeout=5).json()
         old = requests.get(emu.url + "/get_server_info", timeout=5).json()
         model = requests.get(emu.url + "/model_info", timeout=5).json()
@@ -141,7 +156,7 @@ def test_server_info_model_info_loads_and_health_bodies():
 
 
 def test_single_gpu_server_info_matches_its_fixture_keys_and_reports_ready():
-    with EmulatedServer(load_server_config("single-qwen3next"), workload(CHAT), speed=SPEED) as emu:
+    with emulated(load_server_config("single-qwen3next"), workload(CHAT), speed=SPEED) as emu:
         info = requests.get(emu.url + "/server_info", timeout=5).json()
     fixture = json.loads((FIXTURES / "server_info" / "server_info-single-kvbound.json").read_text())
     assert set(info) == set(fixture) and info["status"] == "ready"
@@ -164,7 +179,7 @@ CAPPED = re.compile(r"max_running_requests is capped to (\d+) by the mamba state
 def test_boot_log_states_the_clamp_the_dual_pool_model_predicts(tmp_path, name):
     config = load_server_config(name)
     log = tmp_path / "sglang.log"
-    with EmulatedServer(config, workload(CHAT), speed=SPEED, log_path=str(log)):
+    with emulated(config, workload(CHAT), speed=SPEED, log_path=str(log)):
         pass
     text = log.read_text()
     lines = text.splitlines()
@@ -191,8 +206,8 @@ def test_boot_log_states_the_clamp_the_dual_pool_model_predicts(tmp_path, name):
 def test_retraction_warnings_on_every_tp_rank_only_when_the_kv_pool_binds(tmp_path):
     kv_log, state_log = tmp_path / "kv.log", tmp_path / "state.log"
     kv_bound = shaped("single-qwen3next", tp_size=2)
-    with EmulatedServer(kv_bound, workload(LONG_OUTPUTS), speed=1000.0, log_path=str(kv_log)) as emu:
-        wait_for(lambda: state(emu)["workers"][0]["retracted_requests_total"] >= 3, timeout=20)
+    with emulated(kv_bound, workload(LONG_OUTPUTS), speed=1000.0, log_path=str(kv_log)) as emu:
+        step_until(emu, lambda: state(emu)["workers"][0]["retracted_requests_total"] >= 3)
         metrics = requests.get(emu.url + "/metrics", timeout=5).text
     retracted = emu.state(advance=False)["workers"][0]["retracted_requests_total"]  # as of the last log write
     warnings = [x for x in kv_log.read_text().splitlines() if "KV cache pool is full. Retract requests." in x]
@@ -205,9 +220,9 @@ def test_retraction_warnings_on_every_tp_rank_only_when_the_kv_pool_binds(tmp_pa
     assert counters[(("tp_rank", "0"),)] <= logged == retracted
 
     state_bound = load_server_config("default")  # clamp 51 by the state pool, KV to spare
-    with EmulatedServer(state_bound, workload(LONG_OUTPUTS), speed=1000.0, log_path=str(state_log)) as emu:
-        wait_for(lambda: state(emu)["workers"][0]["running_requests"] >= state_bound.split().max_running_requests - 2)
-        wait_for(lambda: state(emu)["requests_finished"] >= 20, timeout=20)
+    with emulated(state_bound, workload(LONG_OUTPUTS), speed=1000.0, log_path=str(state_log)) as emu:
+        step_until(emu, lambda: state(emu)["workers"][0]["running_requests"] >= state_bound.split().max_running_requests - 2)
+        step_until(emu, lambda: state(emu)["requests_finished"] >= 20)
         metrics = requests.get(emu.url + "/metrics", timeout=5).text
     assert "Retract requests" not in state_log.read_text()
     assert set(values(metrics, "sglang:num_retracted_requests_total").values()) == {0.0}
@@ -216,8 +231,8 @@ def test_retraction_warnings_on_every_tp_rank_only_when_the_kv_pool_binds(tmp_pa
 def test_restart_resets_counters_and_writes_a_new_boot(tmp_path):
     log = tmp_path / "sglang.log"
     config = load_server_config("default")
-    with EmulatedServer(config, workload(CHAT), speed=SPEED, log_path=str(log)) as emu:
-        wait_for(lambda: state(emu)["requests_finished"] >= 30)
+    with emulated(config, workload(CHAT), speed=SPEED, log_path=str(log)) as emu:
+        step_until(emu, lambda: state(emu)["requests_finished"] >= 30)
         before = state(emu)
         reply = requests.post(emu.url + "/_emulator/restart?ratio=2.0", timeout=5)
         after = reply.json()
@@ -244,10 +259,10 @@ def test_restart_resets_counters_and_writes_a_new_boot(tmp_path):
 
 def test_version_profile_0510(tmp_path):
     log = tmp_path / "old.log"
-    with EmulatedServer(
+    with emulated(
         shaped("single-qwen3next"), workload(LONG_OUTPUTS), speed=1000.0, log_path=str(log), version_profile="0.5.10"
     ) as emu:
-        wait_for(lambda: state(emu)["workers"][0]["retracted_requests_total"] >= 1, timeout=20)
+        step_until(emu, lambda: state(emu)["workers"][0]["retracted_requests_total"] >= 1)
         metrics = requests.get(emu.url + "/metrics", timeout=5).text
         info = requests.get(emu.url + "/server_info", timeout=5).json()
         get_load = requests.get(emu.url + "/get_load", timeout=5)
@@ -262,10 +277,10 @@ def test_version_profile_0510(tmp_path):
     assert info["version"] == "0.5.10"
     assert get_load.status_code == 200 and set(get_load.json()[0]) == {"dp_rank", "num_reqs", "num_waiting_reqs", "num_tokens"}
     assert loads.status_code == 200
-    with EmulatedServer(
+    with emulated(
         shaped("default"), workload(CHAT), speed=SPEED, version_profile="0.5.10", collect_tokens_histogram=True
     ) as emu:
-        wait_for(lambda: state(emu)["requests_finished"] >= 1)
+        step_until(emu, lambda: state(emu)["requests_finished"] >= 1)
         histograms = families(requests.get(emu.url + "/metrics", timeout=5).text)
     assert "sglang:prompt_tokens_histogram" in histograms and "sglang:uncached_prompt_tokens_histogram" not in histograms
     warning = next(x for x in log.read_text().splitlines() if "Retract requests" in x)
@@ -273,7 +288,7 @@ def test_version_profile_0510(tmp_path):
 
 
 def test_api_key_guards_everything_but_health_ready_and_metrics():
-    with EmulatedServer(load_server_config("default"), workload(CHAT), speed=SPEED, api_key="s3cret") as emu:
+    with emulated(load_server_config("default"), workload(CHAT), speed=SPEED, api_key="s3cret") as emu:
         url = emu.url
         good = {"Authorization": "Bearer s3cret"}
         assert requests.get(url + "/server_info", timeout=5).status_code == 401
@@ -288,7 +303,7 @@ def test_api_key_guards_everything_but_health_ready_and_metrics():
 
 
 def test_fault_modes(tmp_path):
-    with EmulatedServer(load_server_config("default"), workload(CHAT), speed=SPEED) as emu:
+    with emulated(load_server_config("default"), workload(CHAT), speed=SPEED) as emu:
         def fault(mode: str) -> int:
             return requests.post(emu.url + f"/_emulator/fault?mode={mode}", timeout=5).status_code
 
@@ -319,14 +334,14 @@ def test_fault_modes(tmp_path):
         except requests.exceptions.ReadTimeout:
             pass
     # stop() released the hung handler: a fresh server on the same thread works at once
-    with EmulatedServer(load_server_config("default"), workload(CHAT), speed=SPEED) as emu:
+    with emulated(load_server_config("default"), workload(CHAT), speed=SPEED) as emu:
         assert requests.get(emu.url + "/health", timeout=5).status_code == 200
 
 
 def test_request_log_lines_are_sglang_json_records(tmp_path):
     requests_log = tmp_path / "requests.log"
-    with EmulatedServer(load_server_config("default"), workload(CHAT), speed=SPEED, request_log_path=str(requests_log)) as emu:
-        wait_for(lambda: state(emu)["requests_finished"] >= 10)
+    with emulated(load_server_config("default"), workload(CHAT), speed=SPEED, request_log_path=str(requests_log)) as emu:
+        step_until(emu, lambda: state(emu)["requests_finished"] >= 10)
     records = [json.loads(x.split("] ", 1)[1]) for x in requests_log.read_text().splitlines()]
     assert len(records) >= 10
     assert {r["event"] for r in records} == {"request.finished"}
@@ -369,8 +384,8 @@ def test_speculative_decoding_shows_in_boot_log_decode_lines_gauges_and_loads(tm
     log = tmp_path / "spec.log"
     config = load_server_config("spec")
     split = config.split()
-    with EmulatedServer(config, workload(CHAT), speed=SPEED, log_path=str(log)) as emu:
-        wait_for(lambda: "Decode batch" in log.read_text())
+    with emulated(config, workload(CHAT), speed=SPEED, log_path=str(log)) as emu:
+        step_until(emu, lambda: "Decode batch" in log.read_text())
         metrics = requests.get(emu.url + "/metrics", timeout=5).text
         loads = requests.get(emu.url + "/v1/loads", timeout=5).json()
         info = requests.get(emu.url + "/server_info", timeout=5).json()
