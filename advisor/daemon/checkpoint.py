@@ -1,7 +1,8 @@
 """Atomic JSON checkpoints of the advisor's state, and a loader that sets a corrupt file aside.
 
 Write = temp file in the same directory, fsync, rename over the old one, fsync the directory: a crash (even
-`kill -9`) leaves either the old or the new checkpoint, never half of one.
+`kill -9`) leaves either the old or the new checkpoint, never half of one. A temp file such a crash leaves
+behind is removed at the next start; a checkpoint larger than the read limit is set aside unread.
 """
 
 from __future__ import annotations
@@ -14,13 +15,19 @@ from pathlib import Path
 from typing import Any
 
 CHECKPOINT_FORMAT = "sglang-pool-advisor/checkpoint/v1"
+MAX_CHECKPOINT_BYTES = 256 << 20  # a target's state is tens of KB; far beyond this is not our file
+STALE_TEMP_SECONDS = 60.0  # a temp file older than this belongs to no write in progress
+
+
+def _temp_prefix(target: Path) -> str:
+    return f".{target.name}."
 
 
 def write_checkpoint(path: str | Path, state: dict[str, Any]) -> None:
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     payload = json.dumps({"format": CHECKPOINT_FORMAT, "state": state}, separators=(",", ":"))
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    fd, tmp_name = tempfile.mkstemp(prefix=_temp_prefix(target), suffix=".tmp", dir=target.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(payload)
@@ -45,23 +52,50 @@ def write_checkpoint(path: str | Path, state: dict[str, Any]) -> None:
         os.close(dir_fd)
 
 
-def read_checkpoint(path: str | Path, now: float | None = None) -> tuple[dict[str, Any] | None, str | None]:
-    """(state, problem). A missing file is (None, None); a corrupt one is moved aside and reported."""
-    target = Path(path)
+def remove_stale_temp_files(target: Path, older_than: float = STALE_TEMP_SECONDS) -> list[Path]:
+    """Delete the temp files an interrupted write left beside `target` (only ours: `.<name>.*.tmp`)."""
+    removed: list[Path] = []
+    cutoff = time.time() - older_than
     try:
-        text = target.read_text(encoding="utf-8")
+        candidates = list(target.parent.glob(f"{_temp_prefix(target)}*.tmp"))
+    except OSError:
+        return removed
+    for candidate in candidates:
+        try:
+            if candidate.is_file() and not candidate.is_symlink() and candidate.stat().st_mtime < cutoff:
+                candidate.unlink()
+                removed.append(candidate)
+        except OSError:
+            pass
+    return removed
+
+
+def read_checkpoint(
+    path: str | Path, now: float | None = None, *, max_bytes: int = MAX_CHECKPOINT_BYTES
+) -> tuple[dict[str, Any] | None, str | None]:
+    """(state, problem). A missing file is (None, None); a corrupt or oversized one is moved aside and
+    reported. Stale temp files of interrupted writes are removed first."""
+    target = Path(path)
+    remove_stale_temp_files(target)
+    try:
+        with open(target, "rb") as handle:
+            raw = handle.read(max_bytes + 1)
     except FileNotFoundError:
         return None, None
     except OSError as exc:
         return None, f"cannot read checkpoint {target}: {exc.strerror or exc}"
+    if len(raw) > max_bytes:
+        aside = set_aside(target, now)
+        return None, f"checkpoint {target} is larger than {max_bytes} bytes; moved to {aside.name}, starting cold"
     try:
-        data = json.loads(text)
+        data = json.loads(raw.decode("utf-8"))
         if not isinstance(data, dict) or data.get("format") != CHECKPOINT_FORMAT or not isinstance(data.get("state"), dict):
             raise ValueError("not an advisor checkpoint")
         return data["state"], None
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        reason = str(exc).splitlines()[0][:80] if str(exc) else type(exc).__name__
         aside = set_aside(target, now)
-        return None, f"checkpoint {target} is corrupt ({str(exc).splitlines()[0][:80]}); moved to {aside.name}, starting cold"
+        return None, f"checkpoint {target} is corrupt ({reason}); moved to {aside.name}, starting cold"
 
 
 def set_aside(path: Path, now: float | None = None) -> Path:

@@ -1,6 +1,8 @@
 """The daemon: APScheduler in the main thread runs one cycle job (all targets, no overlap, coalesced misfires);
-targets run side by side so one that never answers cannot delay the others; each result is published to the
-exporter as soon as it is ready; the checkpoint is written atomically after every cycle and on shutdown.
+targets run side by side on daemon threads so one that never answers cannot delay the others (a target still
+busy when its cycle's time is up is abandoned for that cycle, counted under source=deadline and shown as down);
+each result is published to the exporter as soon as it is ready; the checkpoint is written atomically after
+every cycle and on shutdown. SIGTERM wakes the cycle wait at once: nothing left running keeps the process.
 """
 
 from __future__ import annotations
@@ -10,7 +12,8 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor, wait
+from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from advisor.config import AdvisorConfig
@@ -37,8 +40,13 @@ class Advisor:
         self.latest: dict[str, TargetStatus] = {}
         self.reports: dict[str, CycleReport] = {}
         self._lock = threading.Lock()
-        self._executor = ThreadPoolExecutor(max_workers=max(1, len(self.pipelines) + len(self.fleets)), thread_name_prefix="target")
-        self._busy: dict[str, Any] = {}
+        self._done = threading.Condition()  # notified when a target's task ends, and on stop
+        self._stopping = threading.Event()
+        self._busy: dict[str, _Task] = {}
+        self._snapshots: dict[str, Any] = {}  # target name -> its state() taken when its last cycle ended
+        self._loaded: dict[str, Any] = {}  # target name -> its entry in the checkpoint read at start
+        for pipeline in self.pipelines:
+            pipeline.errors_total.setdefault("deadline", 0)
 
     def now(self) -> float:
         """Advisor time: the wall clock, optionally running `time_scale` times faster (demo, bench)."""
@@ -61,25 +69,51 @@ class Advisor:
             if isinstance(saved_at, (int, float)) and saved_at > self.now():
                 # a sped-up clock (demo, bench) ran ahead of the wall: resume advisor time where it stopped
                 self._wall_start, self._time_base = self._wall_clock(), float(saved_at)
-            targets = state.get("targets", {})
+            targets = state.get("targets")
+            if not isinstance(targets, dict):
+                targets = {}
             for pipeline in self.pipelines:
                 saved = targets.get(pipeline.target.name)
-                if isinstance(saved, dict):
+                if not isinstance(saved, dict):
+                    continue
+                self._loaded[pipeline.target.name] = saved
+                try:
                     pipeline.restore(saved)
+                except Exception as exc:  # a well-formed file with the wrong shapes inside: start this one cold
+                    pipeline.errors_total["checkpoint"] += 1
+                    log.warning("checkpoint entry of %s unusable (%s); starting cold", pipeline.target.name,
+                                type(exc).__name__)
         return problem
 
     def save_checkpoint(self) -> None:
         path = self.config.checkpoint_path
         if not path:
             return
+        targets: dict[str, Any] = {}
         with self._lock:
-            state = {"saved_at": self.now(), "targets": {p.target.name: p.state() for p in self.pipelines}}
+            for pipeline in self.pipelines:
+                saved = self._target_state(pipeline)
+                if saved is not None:
+                    targets[pipeline.target.name] = saved
+            state = {"saved_at": self.now(), "targets": targets}
         try:
             write_checkpoint(path, state)
         except OSError as exc:
             log.warning("cannot write checkpoint %s: %s", path, exc.strerror or exc)
             for pipeline in self.pipelines:
                 pipeline.errors_total["checkpoint"] += 1
+
+    def _target_state(self, pipeline: TargetPipeline) -> Any:
+        """A pipeline's state for the checkpoint: fresh when it is idle, else the snapshot its last cycle left
+        (never read a state a running cycle is changing), else what the checkpoint held at start."""
+        name = pipeline.target.name
+        task = self._busy.get(name)
+        if task is None or task.done():
+            try:
+                return pipeline.state()
+            except Exception:  # a state that cannot be taken must not cost the other targets their checkpoint
+                log.exception("state of %s could not be taken", name)
+        return self._snapshots.get(name, self._loaded.get(name))
 
     # -- cycles ---------------------------------------------------------------------------------------
 
@@ -92,7 +126,13 @@ class Advisor:
             status = TargetStatus(server=pipeline.target.name, up=False, last_errors=[f"internal error: {exc}"],
                                   scrape_errors_total=dict(pipeline.errors_total))
             report = CycleReport(errors=[str(exc)])
+        try:
+            snapshot = pipeline.state()
+        except Exception:
+            snapshot = None
         with self._lock:
+            if snapshot is not None:
+                self._snapshots[pipeline.target.name] = snapshot
             self.latest[pipeline.target.name] = status
             self.reports[pipeline.target.name] = report
             self.store.publish(self._statuses(), self.now())
@@ -111,25 +151,63 @@ class Advisor:
             self.fleet_latest[fleet.store.name] = statuses
             self.store.publish(self._statuses(), self.now())
 
+    def _start(self, key: str, action: Callable[[], None]) -> _Task | None:
+        """Run `action` on a daemon thread unless the same key is still busy from an earlier cycle."""
+        busy = self._busy.get(key)
+        if busy is not None and not busy.done():
+            return None
+        task = self._busy[key] = _Task(action, self._done, name=f"target-{key}")
+        task.start()
+        return task
+
     def run_cycle(self, timeout: float | None = None) -> list[TargetStatus]:
-        """One cycle over all targets; a target still busy from an earlier cycle is skipped, not queued."""
-        futures = []
+        """One cycle over all targets, within `timeout` (default: the interval). A target still busy then (from
+        this cycle or an earlier one) is abandoned for this cycle: counted under source=deadline and shown as
+        down with the reason; the others are not delayed and keep their rate."""
+        budget = timeout if timeout is not None else self.config.interval_seconds
+        deadline = time.monotonic() + budget
         for pipeline in self.pipelines:
-            busy = self._busy.get(pipeline.target.name)
-            if busy is not None and not busy.done():
-                continue
-            future = self._executor.submit(self._run_one, pipeline)
-            self._busy[pipeline.target.name] = future
-            futures.append(future)
+            self._start(pipeline.target.name, partial(self._run_one, pipeline))
         for fleet in self.fleets:
-            busy = self._busy.get(f"store:{fleet.store.name}")
-            if busy is None or busy.done():
-                future = self._busy[f"store:{fleet.store.name}"] = self._executor.submit(self._run_fleet, fleet)
-                futures.append(future)
-        wait(futures, timeout=timeout if timeout is not None else self.config.interval_seconds)
+            self._start(f"store:{fleet.store.name}", partial(self._run_fleet, fleet))
+        with self._done:
+            while not self._stopping.is_set():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or all(task.done() for task in self._busy.values()):
+                    break
+                self._done.wait(remaining)
+        self._mark_overruns(budget)
         self.save_checkpoint()
         with self._lock:
             return self._statuses()
+
+    def _mark_overruns(self, budget: float) -> None:
+        overran = False
+        for pipeline in self.pipelines:
+            name = pipeline.target.name
+            task = self._busy.get(name)
+            if task is None or task.done():
+                continue
+            overran = True
+            pipeline.errors_total["deadline"] = pipeline.errors_total.get("deadline", 0) + 1
+            message = (f"deadline: cycle still running after {time.monotonic() - task.started:.1f}s "
+                       f"(budget {budget:g}s); abandoned for this cycle")
+            log.warning("%s: %s", name, message)
+            with self._lock:
+                previous = self.latest.get(name)
+                if previous is None:
+                    previous = TargetStatus(server=name)
+                self.latest[name] = replace(previous, up=False, last_errors=[message],
+                                            scrape_errors_total=dict(pipeline.errors_total))
+        if overran:
+            with self._lock:
+                self.store.publish(self._statuses(), self.now())
+
+    def stop(self) -> None:
+        """Wake a cycle waiting for its targets: it returns at once (shutdown)."""
+        self._stopping.set()
+        with self._done:
+            self._done.notify_all()
 
     def serve_forever(self, on_cycle: Callable[[list[TargetStatus]], None] | None = None) -> int:
         """Run cycles every `interval_seconds` until SIGTERM/SIGINT; then finish the cycle, flush, return 0."""
@@ -147,6 +225,7 @@ class Advisor:
 
         def stop(signum: int, _frame: Any) -> None:
             log.info("signal %d: finishing the cycle and flushing the checkpoint", signum)
+            self.stop()
             scheduler.shutdown(wait=True)
 
         previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
@@ -160,11 +239,36 @@ class Advisor:
         return 0
 
     def close(self) -> None:
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        self.stop()
         for pipeline in self.pipelines:
             pipeline.close()
         for fleet in self.fleets:
             fleet.close()
+
+
+class _Task(threading.Thread):
+    """One target's cycle on a daemon thread (a target stuck in I/O never keeps the process alive)."""
+
+    def __init__(self, action: Callable[[], None], done: threading.Condition, name: str) -> None:
+        super().__init__(name=name, daemon=True)
+        self._action = action
+        self._done_condition = done
+        self.started = time.monotonic()
+        self._finished = False
+
+    def done(self) -> bool:
+        """Whether the cycle ended (like Future.done)."""
+        return self._finished
+
+    def run(self) -> None:
+        try:
+            self._action()
+        except Exception:
+            log.exception("%s failed", self.name)
+        finally:
+            with self._done_condition:
+                self._finished = True
+                self._done_condition.notify_all()
 
 
 def _now_datetime() -> Any:

@@ -55,7 +55,9 @@ def test_a_hanging_target_does_not_delay_the_others():
         # the cycle returned while the hanging target still waits on its request timeout, and the healthy
         # target's status was published meanwhile
         assert not advisor._busy["t0"].done()
-        assert "t0" not in advisor.latest
+        # the overrunning target is shown (down, with the reason) and counted, not missing (issue 10)
+        assert not advisor.latest["t0"].up and "deadline" in advisor.latest["t0"].last_errors[0]
+        assert advisor.latest["t0"].scrape_errors_total["deadline"] == 1
         assert advisor.latest["t1"].up
         # next cycle: the busy target is skipped, not queued behind itself
         advisor.run_cycle(timeout=0.5)

@@ -1,0 +1,95 @@
+"""The daemon against hostile loopback targets: a trickling target is abandoned per cycle, counted and shown
+while a healthy one keeps its rate; SIGTERM ends the process while a target trickles; a password in a target
+URL never reaches /status, `/`, /metrics, `run --once` or the checkpoint."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+
+import requests
+from hostile_servers import HostileServer, respond, trickle_headers
+from support import METRICS, free_loopback_port, wait_for
+
+from advisor.cli import main
+from advisor.config import config_from_dict
+from advisor.daemon.runner import Advisor
+
+GENUINE = (METRICS / "sglang-0.5.23-single.prom").read_bytes()
+PASSWORD = "pw-hardening-s3cret"
+
+
+def test_trickling_target_is_abandoned_counted_and_shown_while_a_healthy_one_keeps_its_rate() -> None:
+    routes = {"/slow/": trickle_headers(GENUINE), "/ok/metrics": respond(lambda n: GENUINE)}
+    with HostileServer(routes) as server:
+        advisor = Advisor(config_from_dict({
+            "targets": [{"name": "slow", "url": server.base_url + "/slow"}, {"name": "ok", "url": server.base_url + "/ok"}],
+            "interval_seconds": 1.0, "timeout_seconds": 0.6,
+        }, {}))
+        try:
+            for _ in range(3):
+                advisor.run_cycle(timeout=0.3)
+            healthy, slow = advisor.pipelines[1], advisor.pipelines[0]
+            assert healthy.cycles == 3  # never skipped, never waited for the slow one
+            assert advisor.latest["ok"].up
+            shown = advisor.latest["slow"]
+            assert not shown.up and shown.scrape_errors_total["deadline"] >= 1
+            assert any("deadline" in error for error in shown.last_errors)
+            # its own cycles end by the HTTP deadline (0.6 s per request), so it is never stuck for good
+            wait_for(lambda: advisor._busy["slow"].done() or None, 10, what="the slow target's cycle to end")
+            assert slow.errors_total["metrics"] >= 1
+        finally:
+            advisor.close()
+
+
+def test_sigterm_ends_the_daemon_while_a_target_trickles(tmp_path) -> None:
+    routes = {"/": trickle_headers(GENUINE, step=0.05, count=2000)}
+    with HostileServer(routes) as server:
+        port = free_loopback_port()
+        url = server.base_url.replace("http://", f"http://admin:{PASSWORD}@")
+        config = tmp_path / "advisor.yaml"
+        checkpoint = tmp_path / "ckpt.json"
+        config.write_text(json.dumps({
+            "targets": [url], "interval_seconds": 1.0, "timeout_seconds": 0.9,
+            "listen": f"127.0.0.1:{port}", "checkpoint_path": str(checkpoint),
+        }))
+        daemon = subprocess.Popen([sys.executable, "-m", "advisor", "run", "--config", str(config)],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            def shown() -> dict | None:
+                try:
+                    targets = requests.get(f"http://127.0.0.1:{port}/status", timeout=2).json().get("targets")
+                except (requests.RequestException, ValueError):
+                    return None
+                return targets[0] if targets else None
+
+            status = wait_for(shown, 30, interval=0.1, what="the trickling target in /status")
+            assert status["up"] is False and status["server"] == server.base_url.split("://")[1]
+            wait_for(lambda: checkpoint.exists() or None, 30, what="a checkpoint")
+            pages = [requests.get(f"http://127.0.0.1:{port}{path}", timeout=5).text for path in ("/", "/status", "/metrics")]
+        finally:
+            daemon.send_signal(signal.SIGTERM)
+            try:
+                out, err = daemon.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                daemon.kill()
+                out, err = daemon.communicate()
+                raise AssertionError("SIGTERM did not end the daemon within 30 s") from None
+        assert daemon.returncode == 0, err
+        for text in (*pages, out, err, checkpoint.read_text()):
+            assert PASSWORD not in text and "admin:" not in text
+
+
+def test_run_once_never_shows_the_password(capsys) -> None:
+    with HostileServer({"/": respond(lambda n: GENUINE)}) as server:
+        url = server.base_url.replace("http://", f"http://admin:{PASSWORD}@")
+        main(["run", "--once", "--json", "--target", url, "--interval", "10"])
+        out, err = capsys.readouterr()
+        statuses = json.loads(out)
+        assert statuses[0]["server"] == server.base_url.split("://")[1]
+        main(["run", "--once", "--target", url.rstrip("/") + "/nothing-here", "--interval", "10"])
+        out2, err2 = capsys.readouterr()
+    for text in (out, err, out2, err2):
+        assert PASSWORD not in text and "admin:" not in text
