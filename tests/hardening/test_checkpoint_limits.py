@@ -22,7 +22,8 @@ def test_oversized_checkpoint_is_set_aside_unread(tmp_path) -> None:
 
 def test_deeply_nested_checkpoint_is_corrupt_not_a_crash(tmp_path) -> None:
     path = tmp_path / "state.json"
-    path.write_text('{"format": "%s", "state": %s}' % (CHECKPOINT_FORMAT, "[" * 100_000 + "]" * 100_000))
+    nested = "[" * 100_000 + "]" * 100_000
+    path.write_text(f'{{"format": "{CHECKPOINT_FORMAT}", "state": {nested}}}')
     state, problem = read_checkpoint(path, now=5)
     assert state is None and problem is not None and "corrupt" in problem
 
