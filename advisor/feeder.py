@@ -104,8 +104,9 @@ def serving_config_of(server_info: ServerInfo | None, boot: BootInfo | None) -> 
     it is silent), else SGLang's defaults. Raises InputError naming the field when the boot log's args are bad."""
     if server_info is not None:
         return server_info.serving
-    if boot is not None and boot.server_args:
-        return serving_config_from_args(boot.server_args, where="boot log server_args")
+    if boot is not None and boot.effective_server_args:
+        # what the log implies where server_args is silent (TP from the ranks, the release's `auto`)
+        return serving_config_from_args(boot.effective_server_args, where="boot log server_args")
     return ServingConfig()
 
 

@@ -3,7 +3,7 @@
 import json
 
 import pytest
-from support import LOGS, METRICS, SERVER_INFO
+from support import LOGS, METRICS, REAL, SERVER_INFO
 
 from advisor.errors import InputError
 from advisor.estimate.deltas import diff_counters
@@ -18,7 +18,7 @@ from advisor.feeder import (
 )
 from advisor.model.advice import free_lever
 from advisor.model.pools import GIB
-from advisor.model.serving import ServingConfig
+from advisor.model.serving import ServingConfig, slots_per_request
 from advisor.sources.bootlog import read_boot_log
 from advisor.sources.metrics import parse_metrics
 from advisor.sources.server_info import ServerShard, parse_server_info
@@ -174,3 +174,13 @@ def test_inversion_uses_physical_rows_under_dcp():
     under_dcp = constants_from_server_info(parse_server_info(body))
     assert under_dcp[0].kv_bytes_per_token == pytest.approx(plain[0].kv_bytes_per_token, rel=1e-6)
     assert under_dcp[0].token_equiv == pytest.approx(plain[0].token_equiv, rel=1e-6)
+
+
+def test_a_real_0_5_11_boot_log_alone_gives_the_config_that_release_ran():
+    boot = read_boot_log(REAL / "011-qwen3.6-27b-awq-v0.5.11-rocm-tp2-full.log")
+    serving = serving_config_of(None, boot)
+    # 0.5.11 resolved `auto` to no_buffer (its KV line has no dtype:), so S = 3 and the logged clamp 40 // 3
+    assert serving.tp_size == 2
+    model = server_model(serving, None, boot, None)
+    assert model.observed_max_running_requests == 13
+    assert slots_per_request(serving) == 3
