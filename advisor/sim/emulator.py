@@ -610,7 +610,10 @@ def server_info_body(
     body: dict[str, Any] = dict(args)
     if worker_count(serving) == 1:
         body["status"] = "ready"  # the DP controller's handshake has no status (data_parallel_controller.py)
-    body["max_total_num_tokens"] = views[0].live.kv_capacity_tokens
+    # Under DCP SGLang reports logical tokens (physical rows x dcp): tp_worker.py `get_worker_info` returns
+    # `logical_max_total_num_tokens`, which internal_state.py puts in memory_usage.token_capacity.
+    logical = max(1, serving.dcp_size)
+    body["max_total_num_tokens"] = views[0].live.kv_capacity_tokens * logical
     body["max_req_input_len"] = config.model_context_len - 6
     body["startup_time"] = {"load_weight": 41.27, "kv_cache_allocation": 1.2, "scheduler_e2e": 75.0}
     body["kv_events"] = None
@@ -629,7 +632,7 @@ def server_info_body(
             "weight": round(consts.weight_memory_gb, 3),
             "kvcache": round(consts.kv_cache_memory_gb, 3),
             "startup_available": round(consts.startup_available_gb, 3),
-            "token_capacity": live.kv_capacity_tokens,
+            "token_capacity": live.kv_capacity_tokens * logical,
             "token_capacity_swa": None,
             "graph": {
                 "prefill": 0.0,

@@ -399,3 +399,15 @@ def test_speculative_decoding_shows_in_boot_log_decode_lines_gauges_and_loads(tm
     assert loads["loads"][0]["speculative"]["accept_length"] == length
     assert info["max_running_requests"] == 48 and info["speculative_num_draft_tokens"] == config.serving.draft_tokens
     assert info["internal_states"][0]["effective_max_running_requests_per_dp"] == split.max_running_requests
+
+
+def test_server_info_reports_logical_tokens_under_dcp_and_the_reader_recovers_physical_rows():
+    from advisor.sources.server_info import parse_server_info
+
+    config = load_server_config("dcp8")
+    with emulated(config, workload(CHAT), speed=SPEED) as emu:
+        body = requests.get(emu.url + "/server_info", timeout=5).json()
+    rows = config.split().kv_capacity_tokens
+    assert config.serving.dcp_size == 8
+    assert body["internal_states"][0]["memory_usage"]["token_capacity"] == rows * 8
+    assert parse_server_info(body).shards[0].kv_capacity_physical_tokens == rows
