@@ -1,5 +1,7 @@
-"""export.server: a small threaded HTTP server over a SnapshotStore — /metrics for Prometheus, / as a
-human landing page, /status as JSON with the reasoning. Serving only reads the last snapshot."""
+"""export.server: a small threaded HTTP(S) server over a SnapshotStore — /metrics for Prometheus
+(prometheus_client's own exposition: gzip, OpenMetrics negotiation, name[] filtering), / as a landing page
+with server-side SVG charts, /status as JSON with the reasoning, /healthz for probes. Serving only reads
+the last snapshot; slow or vanishing clients cost one timed-out thread and a debug line, never a traceback."""
 
 from __future__ import annotations
 
@@ -8,26 +10,31 @@ import json
 import logging
 import math
 import socket
+import ssl
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
-from prometheus_client.exposition import generate_latest
+from prometheus_client.exposition import _bake_output
 from prometheus_client.registry import CollectorRegistry
 
 from advisor import __version__
 from advisor.errors import InputError
 from advisor.export.collector import SnapshotStore, build_registry
+from advisor.export.svg import concurrency_chart, context_chart, history_chart
+from advisor.export.webconfig import WebConfig
 from advisor.status import TargetStatus
 
 log = logging.getLogger(__name__)
 
 # A suggestion for the daemon's default; any free port works (0 = ephemeral, for tests).
 DEFAULT_EXPORTER_PORT = 9415
-# generate_latest() with its default (underscores) escaping writes the classic text format 0.0.4 that
-# every Prometheus understands; newer prometheus_client releases label it 1.0.0 in CONTENT_TYPE_LATEST.
-EXPOSITION_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+# The listen backlog (socketserver's default of 5 dropped 60 of 200 concurrent scrapes) and how long one
+# connection may take to send its request or TLS handshake before its thread gives up on it.
+LISTEN_BACKLOG = 1024
+CONNECTION_TIMEOUT_SECONDS = 10.0
 
 
 def _json_safe(value: Any) -> Any:
@@ -74,24 +81,42 @@ def _landing_row(status: TargetStatus) -> str:
     return "<tr>" + "".join(f"<td>{html.escape(str(cell))}</td>" for cell in cells) + "</tr>"
 
 
+def _server_section(store: SnapshotStore, status: TargetStatus, index: int) -> str:
+    rec = status.recommendation
+    charts = [
+        concurrency_chart(store.model(status.server), rec, status.workload, chart_id=f"concurrency-{index}"),
+        context_chart(store.context_weights(status.server), status.workload, chart_id=f"context-{index}"),
+        history_chart(store.history(status.server), chart_id=f"history-{index}"),
+    ]
+    reason = html.escape(rec.reason) if rec else "no recommendation yet"
+    return (f'<section id="server-{index}"><h2>{html.escape(status.server)}</h2><p>{reason}</p>\n'
+            f'<div class="charts">{"".join(charts)}</div></section>')
+
+
 def landing_page(store: SnapshotStore) -> str:
-    """A short HTML page: per server the decision, recommended vs live ratio and binding pool."""
+    """An HTML page: per server the decision, recommended vs live ratio and binding pool, then its charts."""
     snapshot = store.snapshot()
-    if snapshot.targets:
-        rows = "\n".join(_landing_row(status) for status in sorted(snapshot.targets, key=lambda s: s.server))
+    targets = sorted(snapshot.targets, key=lambda s: s.server)
+    if targets:
+        rows = "\n".join(_landing_row(status) for status in targets)
     else:
         rows = '<tr><td colspan="10">no cycle has completed yet</td></tr>'
+    sections = "\n".join(_server_section(store, status, index) for index, status in enumerate(targets))
     generated = "never" if snapshot.generated_at is None else f"{snapshot.generated_at:.0f} (unix seconds)"
     return f"""<!DOCTYPE html>
-<html><head><meta charset="utf-8"><title>SGLang pool advisor</title></head>
+<html><head><meta charset="utf-8"><title>SGLang pool advisor</title>
+<style>body{{font-family:"DejaVu Sans",sans-serif;margin:16px}} table{{border-collapse:collapse}}
+td,th{{padding:3px 6px}} .charts{{display:flex;flex-wrap:wrap;gap:12px}} svg{{border:1px solid #ddd}}</style></head>
 <body>
 <h1>SGLang pool advisor {html.escape(__version__)}</h1>
-<p>Last snapshot: {generated}. <a href="/metrics">/metrics</a> · <a href="/status">/status</a> (JSON with the reasoning)</p>
+<p>Last snapshot: {generated}. <a href="/metrics">/metrics</a> · <a href="/status">/status</a> (JSON with the reasoning)
+· <a href="/healthz">/healthz</a></p>
 <table border="1" cellpadding="4">
 <tr><th>server</th><th>model</th><th>target</th><th>decision</th><th>recommended ratio</th><th>band</th>
 <th>live ratio</th><th>binding pool (live → recommended)</th><th>confidence</th><th>flags</th></tr>
 {rows}
 </table>
+{sections}
 </body></html>
 """
 
@@ -100,6 +125,10 @@ class _Handler(BaseHTTPRequestHandler):
     server: _AdvisorHTTPServer
     server_version = f"sglang-pool-advisor/{__version__}"
 
+    def setup(self) -> None:
+        self.timeout = self.server.connection_timeout  # type: ignore[misc]  # StreamRequestHandler applies it
+        super().setup()
+
     def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
         self._respond(send_body=True)
 
@@ -107,10 +136,23 @@ class _Handler(BaseHTTPRequestHandler):
         self._respond(send_body=False)
 
     def _respond(self, send_body: bool) -> None:
-        path = urlsplit(self.path).path
+        url = urlsplit(self.path)
+        path = url.path
+        headers: list[tuple[str, str]] = []
         try:
-            if path == "/metrics":
-                status, content_type, body = 200, EXPOSITION_CONTENT_TYPE, generate_latest(self.server.registry)
+            if path != "/healthz" and not self.server.web_config.authorized(self.headers.get("Authorization")):
+                status, content_type, body = 401, "text/plain; charset=utf-8", b"Unauthorized\n"
+                headers.append(("WWW-Authenticate", 'Basic realm="sglang-pool-advisor"'))
+            elif path == "/metrics":
+                status_line, baked_headers, body = _bake_output(
+                    self.server.registry, self.headers.get("Accept", ""), self.headers.get("Accept-Encoding", ""),
+                    parse_qs(url.query), False,
+                )
+                status = int(status_line.split()[0])
+                content_type = dict(baked_headers)["Content-Type"]
+                headers.extend((name, value) for name, value in baked_headers if name != "Content-Type")
+            elif path == "/healthz":
+                status, content_type, body = self._health()
             elif path == "/status":
                 document = json.dumps(status_document(self.server.store), indent=1, allow_nan=False)
                 status, content_type, body = 200, "application/json", document.encode()
@@ -120,41 +162,90 @@ class _Handler(BaseHTTPRequestHandler):
             else:
                 status, content_type, body = 404, "text/plain; charset=utf-8", b"not found: try /metrics\n"
         except Exception as exc:  # a bad snapshot must not kill the server thread
-            log.exception("error serving %s", path)
+            log.warning("error serving %s: %s: %s", path, type(exc).__name__, exc)
+            log.debug("error serving %s", path, exc_info=True)
             status, content_type = 500, "text/plain; charset=utf-8"
             body = f"internal error: {type(exc).__name__}: {exc}\n".encode()
         self.send_response(status)
         self.send_header("Content-Type", content_type)
+        for name, value in headers:
+            self.send_header(name, value)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         if send_body:
             self.wfile.write(body)
 
+    def _health(self) -> tuple[int, str, bytes]:
+        stale_after = self.server.healthz_stale_after
+        age = self.server.store.seconds_since_publish()
+        if stale_after is not None and age > stale_after:
+            return 503, "text/plain; charset=utf-8", f"stale: no cycle published for {age:.0f} s\n".encode()
+        return 200, "text/plain; charset=utf-8", b"ok\n"
+
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (signature of the base class)
         log.debug("%s - %s", self.address_string(), format % args)
 
 
+# What a client that goes away or stalls raises: one debug line each, not a traceback on stderr.
+_CLIENT_GONE = (ConnectionError, TimeoutError, ssl.SSLError)
+
+
 class _AdvisorHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = LISTEN_BACKLOG
 
-    def __init__(self, address: tuple[str, int], store: SnapshotStore, registry: CollectorRegistry) -> None:
+    def __init__(self, address: tuple[str, int], store: SnapshotStore, registry: CollectorRegistry,
+                 web_config: WebConfig, connection_timeout: float, healthz_stale_after: float | None) -> None:
         self.store = store
         self.registry = registry
+        self.web_config = web_config
+        self.connection_timeout = connection_timeout
+        self.healthz_stale_after = healthz_stale_after
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         super().__init__(address, _Handler)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        """TLS handshakes run here, in the connection's own thread, under the connection timeout."""
+        context = self.web_config.ssl_context
+        if context is not None:
+            try:
+                request.settimeout(self.connection_timeout)
+                request = context.wrap_socket(request, server_side=True)
+            except (OSError, ssl.SSLError) as exc:
+                log.debug("TLS handshake with %s failed: %s", client_address, exc)
+                self.shutdown_request(request)
+                return
+        super().process_request_thread(request, client_address)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        error = sys.exc_info()[1]
+        if isinstance(error, _CLIENT_GONE):
+            log.debug("client %s went away: %s", client_address, error)
+        else:
+            log.warning("error handling a request from %s: %s: %s", client_address, type(error).__name__, error)
+            log.debug("request error", exc_info=True)
 
 
 class ExporterServer:
     """Serves /metrics, / and /status for `store` on host:port from a background thread."""
 
     def __init__(self, store: SnapshotStore, host: str = "127.0.0.1", port: int = DEFAULT_EXPORTER_PORT,
-                 registry: CollectorRegistry | None = None) -> None:
+                 registry: CollectorRegistry | None = None, *, web_config: WebConfig | None = None,
+                 connection_timeout: float = CONNECTION_TIMEOUT_SECONDS,
+                 healthz_stale_after: float | None = None) -> None:
+        """`web_config`: TLS and basic auth (advisor.export.webconfig); `healthz_stale_after`: seconds
+        without a publish after which /healthz answers 503 (None: always 200 while serving)."""
         if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
             raise InputError(f"exporter port must be an integer 0..65535, got {port!r}")
+        if not connection_timeout > 0:
+            raise InputError(f"exporter connection timeout must be > 0 seconds, got {connection_timeout!r}")
         self.store = store
         self.host = host
         self.registry = registry if registry is not None else build_registry(store)
+        self.web_config = web_config or WebConfig()
+        self.connection_timeout = float(connection_timeout)
+        self.healthz_stale_after = healthz_stale_after
         self._requested_port = port
         self._httpd: _AdvisorHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -163,7 +254,8 @@ class ExporterServer:
         if self._httpd is not None:
             return self
         try:
-            httpd = _AdvisorHTTPServer((self.host, self._requested_port), self.store, self.registry)
+            httpd = _AdvisorHTTPServer((self.host, self._requested_port), self.store, self.registry,
+                                       self.web_config, self.connection_timeout, self.healthz_stale_after)
         except OSError as exc:
             raise InputError(
                 f"cannot listen on {self.host}:{self._requested_port}: {exc.strerror or exc}"
@@ -196,7 +288,8 @@ class ExporterServer:
     @property
     def url(self) -> str:
         host = self.host if ":" not in self.host else f"[{self.host}]"
-        return f"http://{host}:{self.port}"
+        scheme = "https" if self.web_config.ssl_context is not None else "http"
+        return f"{scheme}://{host}:{self.port}"
 
     def __enter__(self) -> ExporterServer:
         return self.start()
