@@ -60,9 +60,12 @@ def run(args: argparse.Namespace) -> int:
     store = store_target_from_dict(raw, "--prometheus-url", os.environ)
     config = config_from_dict({"targets": [], "half_life_seconds": parse_duration(args.half_life, "--half-life"),
                                "time_scale": args.time_scale})
-    fleet = StoreFleet(store, config)
+    fleet = StoreFleet(store, config, quiet=True)
     try:
-        statuses = fleet.cycle(time.time())
+        now = time.time()
+        if fleet.bootstrap(now) == 0 and fleet.last_error:
+            raise InputError(f"cannot read the store: {fleet.last_error}")
+        statuses = fleet.cycle(now)
         error = fleet.last_error
     finally:
         fleet.close()

@@ -25,8 +25,10 @@ from advisor.store_config import StoreTargetConfig
 
 log = logging.getLogger("pool_advisor")
 
-# Points per range query in the history replay: bounds the store's answer (and our memory) per query.
-REPLAY_POINTS_PER_QUERY = 60
+# Samples (rows x points) per range query of the history replay: bounds the store's answer and the frame held
+# in memory (~100 bytes a sample), whatever the fleet size; Prometheus itself refuses > 11000 points a series.
+REPLAY_SAMPLES_PER_QUERY = 100_000
+MAX_POINTS_PER_SERIES = 11_000
 
 
 class StoreServerPipeline(TargetPipeline):
@@ -43,6 +45,7 @@ class StoreServerPipeline(TargetPipeline):
         self.pending_error: str | None = None
         self.last_seen: float | None = None
         self.info_from_gauges = False
+        self.errors_total.setdefault("deadline", 0)  # the runner's source for direct targets: same series
 
     def hand(self, observation: MetricsObservation | None, error: str | None, seen_at: float | None) -> None:
         self.pending, self.pending_error = observation, error
@@ -96,8 +99,9 @@ class StoreFleet:
     """Every server one store holds: a constant number of queries per cycle, one pipeline per server."""
 
     def __init__(self, store: StoreTargetConfig, config: AdvisorConfig,
-                 wall_clock: Callable[[], float] = time.time) -> None:
+                 wall_clock: Callable[[], float] = time.time, *, quiet: bool = False) -> None:
         self.store = store
+        self.quiet = quiet  # the one-shot reports store errors itself, in one line
         self.config = config
         self.client = PrometheusClient(store.url, timeout_seconds=store.timeout_seconds, auth=store.auth)
         self.queries = fleet_queries(store.matchers, store.server_labels)
@@ -127,12 +131,12 @@ class StoreFleet:
             frame.add(query, ((s.labels, s.samples) for s in result.series))
         return frame, None
 
-    def history_windows(self, end: float) -> Iterator[tuple[float, float, float]]:
-        """(start, end, step) of the range queries that replay `history_seconds` up to `end`."""
+    def history_windows(self, end: float, points: int) -> Iterator[tuple[float, float, float]]:
+        """(start, end, step) of the range queries that replay `history_seconds` up to `end`, `points` a query."""
         history = self.store.history_seconds
         step = self.store.step_seconds or replay_step(history)
         start = end - history
-        span = step * REPLAY_POINTS_PER_QUERY
+        span = step * max(1, points - 1)
         while start < end:
             stop = min(end, start + span)
             yield start, stop, step
@@ -145,8 +149,15 @@ class StoreFleet:
         self.bootstrapped = True
         wall_end = self._wall_clock()
         scale = self.config.time_scale
+        # One instant look sizes the range queries: rows now x points per query stays within the budget.
+        probe, error = self._frame(lambda expr: self.client.query(expr, at=wall_end))
+        if error:
+            self._store_error(error)
+            return 0
+        points = max(2, min(MAX_POINTS_PER_SERIES, REPLAY_SAMPLES_PER_QUERY // max(1, probe.values_added)))
+        del probe
         fed = 0
-        for start, stop, step in self.history_windows(wall_end):
+        for start, stop, step in self.history_windows(wall_end, points):
             frame, error = self._frame(partial(self._range, start=start, end=stop, step=step))
             if error:
                 self._store_error(error)
@@ -164,7 +175,8 @@ class StoreFleet:
     def _store_error(self, error: str) -> None:
         self.last_error = error
         self.store_errors_total += 1
-        log.warning("store %s: %s", self.store.name, error)
+        if not self.quiet:
+            log.warning("store %s: %s", self.store.name, error)
 
     def cycle(self, now: float) -> list[TargetStatus]:
         """One cycle: the fixed queries at the store's now, then every known server's own cycle."""

@@ -19,44 +19,31 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from advisor.model.serving import ServingConfig, slots_per_request
-from advisor.sources.metrics import Histogram, MetricsObservation, RankMetrics
+from advisor.sources.metrics import (  # noqa: F401 - the parser's family tables, shared on purpose
+    _GLOBAL_COUNTERS,
+    _INTEGER_FIELDS,
+    _PHASE_GAUGES,
+    _RANK_COUNTERS,
+    _RANK_GAUGES,
+    Histogram,
+    MetricsObservation,
+    RankMetrics,
+)
 from advisor.sources.server_info import ServerInfo, ServerShard
 
-# Scheduler-side families, one value per DP rank (the gauges come from the stats rank, the constants and the
-# retraction counters from every TP rank alike: `max` keeps one copy).
-RANK_FAMILIES: dict[str, str] = {
-    "sglang:num_running_reqs": "running_requests",
-    "sglang:num_queue_reqs": "queued_requests",
-    "sglang:max_total_num_tokens": "kv_capacity_tokens",
-    "sglang:kv_used_tokens": "kv_used_tokens",
-    "sglang:mamba_used_tokens": "state_slots_used",
-    "sglang:mamba_available_tokens": "state_slots_available",
-    "sglang:mamba_evictable_tokens": "state_slots_evictable",
-    "sglang:decode_sum_seq_lens": "decode_sum_seq_lens",
-    "sglang:new_token_ratio": "new_token_ratio",
-    "sglang:page_size": "page_size",
-    "sglang:context_len": "context_len",
-    "sglang:kv_cache_memory_usage_gb": "kv_cache_memory_gb",
-    "sglang:num_retracted_requests_total": "retracted_requests_total",
-    "sglang:num_retracted_input_tokens_total": "retracted_input_tokens_total",
-    "sglang:num_retracted_output_tokens_total": "retracted_output_tokens_total",
-}
+# The families a direct scrape reads, from the parser's own tables (one source of truth: the store path reads
+# exactly what `parse_metrics` reads). Scheduler-side, one value per DP rank: the gauges come from the stats
+# rank, the constants and the retraction counters from every TP rank alike, so `max` keeps one copy.
+RANK_FAMILIES: dict[str, str] = {**_RANK_GAUGES, **_RANK_COUNTERS}
+# Gauges split by `phase` (graph memory): summed over phases per DP rank, as the parser does.
+PHASE_FAMILIES: dict[str, str] = dict(_PHASE_GAUGES)
 # Tokenizer-side counters (no rank labels): summed over every other label.
-TOKENIZER_COUNTERS: dict[str, str] = {
-    "sglang:num_requests_total": "requests_total",
-    "sglang:num_aborted_requests_total": "aborted_requests_total",
-    "sglang:prompt_tokens_total": "prompt_tokens_total",
-    "sglang:generation_tokens_total": "generation_tokens_total",
-    "sglang:cached_tokens_total": "cached_tokens_total",
-}
+TOKENIZER_COUNTERS: dict[str, str] = dict(_GLOBAL_COUNTERS)
+# The queue-time histogram is left out: nothing downstream of the parser reads it.
 HISTOGRAM_FAMILIES: dict[str, str] = {
     "sglang:prompt_tokens_histogram": "prompt_tokens_histogram",
     "sglang:generation_tokens_histogram": "generation_tokens_histogram",
 }
-_INTEGER_FIELDS = frozenset({
-    "running_requests", "queued_requests", "kv_capacity_tokens", "kv_used_tokens", "state_slots_used",
-    "state_slots_available", "state_slots_evictable", "decode_sum_seq_lens", "page_size", "context_len",
-})
 DEFAULT_SERVER_LABELS: tuple[str, ...] = ("instance",)
 
 
@@ -80,8 +67,8 @@ def fleet_queries(matchers: str = "", server_labels: Sequence[str] = DEFAULT_SER
     # priority="" also matches series without the label: the per-priority breakdowns of a scheduler gauge
     # (--enable-priority-scheduling) are left out, their total kept (metrics_collector.py).
     rank = (
-        f'max by (__name__, {by}, dp_rank) '
-        f'({{__name__=~"sglang:({_alternation(RANK_FAMILIES)})", priority=""{extra}}})'
+        f'max by (__name__, {by}, dp_rank, phase) '
+        f'({{__name__=~"sglang:({_alternation({**RANK_FAMILIES, **PHASE_FAMILIES})})", priority=""{extra}}})'
     )
     counters = (
         f'sum by (__name__, {by}, model_name) ({{__name__=~"sglang:({_alternation(TOKENIZER_COUNTERS)})"{extra}}})'
@@ -123,6 +110,7 @@ class FleetFrame:
         self.samples: dict[str, dict[float, _Sample]] = {}
         self.server_label_values: dict[str, dict[str, str]] = {}
         self.skipped_rows = 0
+        self.values_added = 0
 
     def server_of(self, labels: Mapping[str, str]) -> str | None:
         values = [labels.get(name, "") for name in self.server_labels]
@@ -148,13 +136,17 @@ class FleetFrame:
                 sample = per_time.get(t)
                 if sample is None:
                     sample = per_time[t] = _Sample()
-                if not self._put(query.kind, family, labels, value, sample):
+                if self._put(query.kind, family, labels, value, sample):
+                    self.values_added += 1
+                else:
                     self.skipped_rows += 1
 
     @staticmethod
     def _put(kind: str, family: str, labels: Mapping[str, str], value: float, sample: _Sample) -> bool:
         if kind == "rank":
             name = RANK_FAMILIES.get(family)
+            phased = name is None
+            name = name or PHASE_FAMILIES.get(family)
             if name is None:
                 return False
             raw = labels.get("dp_rank")
@@ -162,7 +154,8 @@ class FleetFrame:
                 dp_rank = int(raw) if raw not in (None, "") else None
             except ValueError:
                 return False
-            sample.rank_values[(dp_rank, name)] = value
+            key = (dp_rank, name)
+            sample.rank_values[key] = sample.rank_values.get(key, 0.0) + value if phased else value
             return True
         if kind == "counter":
             name = TOKENIZER_COUNTERS.get(family)
@@ -223,7 +216,7 @@ def observation_of(sample: _Sample) -> MetricsObservation:
     """One server at one timestamp as a `MetricsObservation` (what `parse_metrics` gives for a scrape)."""
     per_rank: dict[int | None, dict[str, float | int]] = {}
     families: set[str] = set()
-    by_field = {v: k for k, v in RANK_FAMILIES.items()}
+    by_field = {v: k for k, v in {**RANK_FAMILIES, **PHASE_FAMILIES}.items()}
     for (dp_rank, name), value in sample.rank_values.items():
         per_rank.setdefault(dp_rank, {})[name] = int(value) if name in _INTEGER_FIELDS and value.is_integer() else value
         families.add(by_field[name])

@@ -1,0 +1,201 @@
+"""Store mode end to end: a real Prometheus scrapes three emulated SGLang servers with different configs and
+workloads; the advisor reading the store (daemon and one-shot) must say what the advisor scraping them
+directly says, export the same series, ask a constant number of queries, and follow servers coming and going.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from support import TESTS
+
+sys.path.insert(0, str(TESTS / "export"))  # the real-Prometheus harness lives beside the exporter's tests
+from prom_harness import PrometheusServer, free_loopback_port, require_binary, wait_for  # noqa: E402
+
+from advisor.config import config_from_dict  # noqa: E402
+from advisor.daemon.runner import Advisor  # noqa: E402
+from advisor.export.collector import AdvisorCollector  # noqa: E402
+from advisor.sim.config import load_server_config  # noqa: E402
+from advisor.sim.emulator import EmulatedServer  # noqa: E402
+from advisor.sim.workload import load_workload  # noqa: E402
+from advisor.status import TargetStatus  # noqa: E402
+
+SPEED = 120.0
+# (server config, workload): a state-bound chat server, a KV-bound long-document one, a lazy-strategy one.
+FLEET = (("default", "steady-chat"), ("default", "steady-long-docs"), ("lazy", "demo"))
+COMMON = {"interval_seconds": 1.0, "time_scale": SPEED, "timeout_seconds": 0.9}
+
+
+@dataclass
+class Fleet:
+    emulators: list[EmulatedServer]
+    late_port: int
+    prometheus: PrometheusServer
+    direct: dict[str, TargetStatus]
+    direct_series: set[tuple[str, tuple[tuple[str, str], ...]]]
+
+
+def host_of(url: str) -> str:
+    return url.split("://", 1)[1]
+
+
+def run_cycles(advisor: Advisor, count: int, pause: float = 0.4) -> dict[str, TargetStatus]:
+    statuses: list[TargetStatus] = []
+    for _ in range(count):
+        statuses = advisor.run_cycle(timeout=20.0)
+        time.sleep(pause)
+    return {status.server: status for status in statuses}
+
+
+def store_config(prometheus: PrometheusServer, **extra: object) -> dict[str, object]:
+    target = {"kind": "prometheus", "url": prometheus.url, "selector": '{job="sglang"}', "history": "1h",
+              "step": "1s", **extra}
+    return {"targets": [target], **COMMON}
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    require_binary("prometheus")
+    emulators = [EmulatedServer(load_server_config(c), load_workload(w), speed=SPEED, seed=i).start()
+                 for i, (c, w) in enumerate(FLEET)]
+    late_port = free_loopback_port()  # a server that joins later
+    prometheus = PrometheusServer(
+        tmp_path_factory.mktemp("prometheus"),
+        {"sglang": [host_of(e.url) for e in emulators] + [f"127.0.0.1:{late_port}"]},
+    )
+    try:
+        prometheus.start()
+        wait_for(lambda: len(prometheus.query("up == 1")) == len(emulators), 30,
+                 what="prometheus scraping the emulated servers")
+        direct = Advisor(config_from_dict({"targets": [{"url": e.url} for e in emulators], **COMMON}))
+        try:
+            statuses = run_cycles(direct, 14)
+            exported = series_keys(direct)
+        finally:
+            direct.close()
+        yield Fleet(emulators, late_port, prometheus, statuses, exported)
+    finally:
+        prometheus.stop()
+        for emulator in emulators:
+            emulator.stop()
+
+
+def series_keys(advisor: Advisor) -> set[tuple[str, tuple[tuple[str, str], ...]]]:
+    return {
+        (sample.name, tuple(sorted(sample.labels.items())))
+        for family in AdvisorCollector(advisor.store).collect()
+        for sample in family.samples
+    }
+
+
+def assert_same_recommendation(direct: TargetStatus, store: TargetStatus) -> None:
+    a, b = direct.recommendation, store.recommendation
+    assert a is not None and b is not None
+    assert b.decision == a.decision, (store.server, a.reason, b.reason)
+    assert b.live_ratio == pytest.approx(a.live_ratio)
+    # The store samples each server on its own 1 s scrape clock, the direct advisor on its cycle: the
+    # closed loop's saturation fractions differ by a few scrapes, the ratio by a few percent.
+    assert a.ratio is not None and b.ratio == pytest.approx(a.ratio, rel=0.10), (a.reason, b.reason)
+    assert store.model_name == direct.model_name
+
+
+def test_store_mode_matches_direct_mode(fleet: Fleet) -> None:
+    advisor = Advisor(config_from_dict(store_config(fleet.prometheus)))
+    try:
+        first = {s.server: s for s in advisor.run_cycle(timeout=60.0)}
+        # bootstrapped from history: a recommendation on the first cycle, not insufficient_data
+        assert set(first) == set(fleet.direct)
+        for status in first.values():
+            assert status.recommendation and status.recommendation.decision != "insufficient_data", status
+        (store_fleet,) = advisor.fleets
+        sent = store_fleet.client.queries_sent
+        statuses = run_cycles(advisor, 2)
+        assert store_fleet.client.queries_sent - sent == 2 * store_fleet.queries_per_cycle == 2 * 4
+        decisions = {s.recommendation.decision for s in fleet.direct.values() if s.recommendation}
+        assert len(decisions) >= 2, decisions  # the fleet's servers do differ
+        for server, direct in fleet.direct.items():
+            assert_same_recommendation(direct, statuses[server])
+            assert statuses[server].up and not statuses[server].last_errors
+        assert series_keys(advisor) == fleet.direct_series
+    finally:
+        advisor.close()
+
+
+def test_gauge_only_constants_when_servers_are_unreachable(fleet: Fleet) -> None:
+    advisor = Advisor(config_from_dict(store_config(fleet.prometheus, server_info_url="")))
+    try:
+        statuses = {s.server: s for s in advisor.run_cycle(timeout=60.0)}
+    finally:
+        advisor.close()
+    chat = host_of(fleet.emulators[0].url)  # default config: SGLang's ratio 0.9, the assumed one
+    rec = statuses[chat].recommendation
+    assert rec is not None and rec.ratio is not None
+    assert any("pool gauges" in note for note in rec.notes)
+    direct = fleet.direct[chat].recommendation
+    assert direct is not None and direct.token_equiv is not None
+    assert rec.token_equiv == pytest.approx(direct.token_equiv, rel=0.01)
+    assert rec.decision == direct.decision
+
+
+def test_one_shot_prints_one_recommendation_per_server(fleet: Fleet) -> None:
+    command = [sys.executable, "-m", "advisor", "recommend", "--prometheus-url", fleet.prometheus.url,
+               "--selector", '{job="sglang"}', "--history", "1h", "--step", "1s", "--time-scale", str(SPEED)]
+    done = subprocess.run([*command, "--json"], capture_output=True, text=True, timeout=60, cwd=Path(__file__).parents[2])
+    assert done.returncode == 0, done.stderr
+    rows = {row["server"]: row for row in json.loads(done.stdout)["servers"]}
+    assert set(rows) == set(fleet.direct)
+    for server, direct in fleet.direct.items():
+        assert direct.recommendation is not None and direct.recommendation.ratio is not None
+        assert rows[server]["decision"] == direct.recommendation.decision
+        assert rows[server]["recommended_ratio"] == pytest.approx(direct.recommendation.ratio, rel=0.10)
+    table = subprocess.run(command, capture_output=True, text=True, timeout=60, cwd=Path(__file__).parents[2])
+    assert table.returncode == 0, table.stderr
+    lines = table.stdout.splitlines()
+    assert lines[0].split()[:3] == ["SERVER", "MODEL", "LIVE"]
+    assert {line.split()[0] for line in lines[1:4]} == set(fleet.direct)
+
+
+def test_one_shot_against_a_dead_store_is_one_line_and_exit_2() -> None:
+    port = free_loopback_port()
+    done = subprocess.run([sys.executable, "-m", "advisor", "recommend", "--prometheus-url", f"http://127.0.0.1:{port}",
+                           "--history", "1h"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "connection refused" in done.stderr
+
+
+def test_servers_come_and_go_without_leaks(fleet: Fleet) -> None:
+    config = store_config(fleet.prometheus, forget_after_seconds="600s")  # 5 wall seconds at SPEED
+    advisor = Advisor(config_from_dict(config))
+    late_name = f"127.0.0.1:{fleet.late_port}"
+    late = EmulatedServer(load_server_config("default"), load_workload("demo"), speed=SPEED, port=fleet.late_port)
+    try:
+        advisor.run_cycle(timeout=60.0)
+        (store_fleet,) = advisor.fleets
+        assert late_name not in store_fleet.pipelines
+        late.start()
+
+        def seen() -> bool:
+            return late_name in {s.server for s in advisor.run_cycle(timeout=20.0)}
+
+        wait_for(seen, 30, interval=0.5, what="the late server in the store")
+        # It goes away: its scrapes fail, Prometheus marks its series stale. (Failing rather than stopping:
+        # the emulator's stop() leaves keep-alive connections serving, so Prometheus would keep scraping.)
+        late.set_fault("http500")
+
+        def forgotten() -> bool:
+            return late_name not in {s.server for s in advisor.run_cycle(timeout=20.0)}
+
+        wait_for(forgotten, 40, interval=0.5, what="the stopped server forgotten")
+        assert late_name not in store_fleet.pipelines
+        assert set(store_fleet.pipelines) == set(fleet.direct)
+        assert late_name not in {s.server for s in advisor.store.latest()}
+    finally:
+        late.stop()
+        advisor.close()
