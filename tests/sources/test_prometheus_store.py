@@ -1,0 +1,226 @@
+"""The Prometheus-API client on loopback: instant and range queries, auth, TLS with a CA file, and every
+failure as a one-line value that never shows a credential."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import ssl
+import subprocess
+import threading
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs
+
+import pytest
+from support import closed_port_url
+
+from advisor.errors import InputError
+from advisor.sources.prometheus_store import PrometheusClient, StoreAuth, parse_duration, selector_matchers
+
+# (status, body) from the request's path, form and headers
+Answer = Callable[[str, dict[str, str], dict[str, str]], tuple[int, bytes]]
+
+VECTOR = {"status": "success", "data": {"resultType": "vector", "result": [
+    {"metric": {"__name__": "sglang:num_running_reqs", "instance": "a:1"}, "value": [1700000000.5, "7"]},
+    {"metric": {"instance": "b:2"}, "value": [1700000000.5, "NaN"]},
+]}}
+MATRIX = {"status": "success", "warnings": ["partial"], "data": {"resultType": "matrix", "result": [
+    {"metric": {"instance": "a:1"}, "values": [[1700000000, "1"], [1700000060, "2.5"]]},
+]}}
+
+
+class FakeStore:
+    """A loopback HTTP(S) server speaking the query API's POST form; records every request."""
+
+    def __init__(self, answer: Answer, tls: ssl.SSLContext | None = None) -> None:
+        self.requests: list[tuple[str, dict[str, str], dict[str, str]]] = []
+        self.release = threading.Event()
+        store = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+                length = int(self.headers.get("Content-Length", "0"))
+                form = {k: v[0] for k, v in parse_qs(self.rfile.read(length).decode()).items()}
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                store.requests.append((self.path, form, headers))
+                status, body = answer(self.path, form, headers)
+                if status == 0:  # hang until the test ends
+                    store.release.wait(10)
+                    return
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        if tls is not None:
+            self.httpd.socket = tls.wrap_socket(self.httpd.socket, server_side=True)
+        self.scheme = "https" if tls else "http"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"{self.scheme}://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def __enter__(self) -> FakeStore:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def json_answer(body: dict[str, Any], status: int = 200) -> Answer:
+    return lambda path, form, headers: (status, json.dumps(body).encode())
+
+
+@pytest.fixture
+def store_with() -> Iterator[Callable[..., FakeStore]]:
+    started: list[FakeStore] = []
+
+    def start(answer: Answer, tls: ssl.SSLContext | None = None) -> FakeStore:
+        store = FakeStore(answer, tls).__enter__()
+        started.append(store)
+        return store
+
+    yield start
+    for store in started:
+        store.__exit__()
+
+
+def test_instant_query_sends_the_expression_and_time_and_reads_the_vector(store_with):
+    store = store_with(json_answer(VECTOR))
+    with PrometheusClient(store.url) as client:
+        result = client.query('max by (instance) (sglang:num_running_reqs{job="sglang"})', at=1700000000.5)
+    assert result.ok and result.error is None
+    path, form, _ = store.requests[0]
+    assert path == "/api/v1/query"
+    assert form == {"query": 'max by (instance) (sglang:num_running_reqs{job="sglang"})', "time": "1700000000.500"}
+    assert [s.labels["instance"] for s in result.series] == ["a:1", "b:2"]
+    assert result.series[0].samples == [(1700000000.5, 7.0)]
+    assert result.series[1].samples[0][1] != result.series[1].samples[0][1]  # NaN stays NaN
+    assert client.queries_sent == 1
+
+
+def test_range_query_sends_start_end_step_and_reads_the_matrix(store_with):
+    store = store_with(json_answer(MATRIX))
+    with PrometheusClient(store.url + "/") as client:
+        result = client.query_range("up", 1700000000, 1700000060, 60)
+    path, form, _ = store.requests[0]
+    assert path == "/api/v1/query_range"
+    assert form == {"query": "up", "start": "1700000000.000", "end": "1700000060.000", "step": "60"}
+    assert result.ok and result.warnings == ("partial",)
+    assert result.series[0].samples == [(1700000000.0, 1.0), (1700000060.0, 2.5)]
+
+
+def test_bearer_token_is_sent_and_never_shown(store_with):
+    def echo_header(path, form, headers):  # an API that quotes the header back in its error
+        return 401, json.dumps({"status": "error", "errorType": "unauthorized",
+                                "error": f"rejected {headers.get('authorization')}"}).encode()
+
+    store = store_with(echo_header)
+    client = PrometheusClient(store.url, auth=StoreAuth(bearer_token="s3cret-token"))
+    result = client.query("up")
+    assert store.requests[0][2]["authorization"] == "Bearer s3cret-token"
+    assert not result.ok and result.error is not None
+    assert "unauthorized" in result.error and "s3cret-token" not in result.error and "<redacted>" in result.error
+    assert "s3cret-token" not in repr(client) and "s3cret-token" not in repr(client.auth)
+
+
+def test_basic_auth_is_sent(store_with):
+    store = store_with(json_answer(VECTOR))
+    PrometheusClient(store.url, auth=StoreAuth(username="advisor", password="pw")).query("up")
+    assert store.requests[0][2]["authorization"] == "Basic YWR2aXNvcjpwdw=="  # advisor:pw
+
+
+@pytest.mark.parametrize("status, body, expected", [
+    (400, json.dumps({"status": "error", "errorType": "bad_data", "error": "parse error at char 3"}),
+     "bad_data: parse error at char 3"),
+    (503, "<html>Service Unavailable</html>", "HTTP 503"),
+    (200, "not json", "response is not JSON"),
+    (200, json.dumps({"status": "success", "data": {"resultType": "string", "result": [1, "x"]}}), "malformed result"),
+    (200, json.dumps({"status": "success", "data": {"resultType": "vector", "result": [{"metric": {}}]}}),
+     "malformed result"),
+])
+def test_api_failures_are_one_line_values(store_with, status, body, expected):
+    store = store_with(lambda path, form, headers: (status, body.encode()))
+    result = PrometheusClient(store.url).query("up")
+    assert not result.ok and result.series == []
+    assert result.error is not None and expected in result.error and "\n" not in result.error
+
+
+def test_connection_refused_and_timeout_are_values(store_with):
+    refused = PrometheusClient(closed_port_url()).query("up")
+    assert not refused.ok and refused.error is not None and "connection refused" in refused.error
+    store = store_with(lambda path, form, headers: (0, b""))
+    hung = PrometheusClient(store.url, timeout_seconds=0.3).query("up")
+    assert not hung.ok and hung.error is not None and "timed out after 0.3s" in hung.error
+
+
+def test_credentials_in_the_url_are_not_shown():
+    result = PrometheusClient("http://user:pw-in-url@" + closed_port_url().split("://")[1]).query("up")
+    assert result.error is not None and "pw-in-url" not in result.error
+
+
+@pytest.fixture
+def tls_files(tmp_path: Path) -> tuple[Path, Path]:
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("`openssl` not found on PATH; install it with `apt-get install openssl`")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run([openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True, timeout=60)
+    return cert, key
+
+
+def test_tls_is_verified_against_the_given_ca_file(store_with, tls_files):
+    cert, key = tls_files
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    store = store_with(json_answer(VECTOR), tls=context)
+    assert store.url.startswith("https://")
+    trusted = PrometheusClient(store.url, auth=StoreAuth(ca_file=str(cert))).query("up")
+    assert trusted.ok, trusted.error
+    untrusted = PrometheusClient(store.url).query("up")
+    assert not untrusted.ok and untrusted.error is not None and "TLS error" in untrusted.error
+
+
+@pytest.mark.parametrize("text, seconds", [("7d", 604800), ("1h30m", 5400), ("90s", 90), ("250ms", 0.25),
+                                           ("2w", 1209600), ("600", 600), (" 15m ", 900)])
+def test_durations(text, seconds):
+    assert parse_duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["", "7x", "-3", "d", "7d3", "0s", "1.5.5h"])
+def test_bad_durations_are_named(text):
+    with pytest.raises(InputError, match="not a positive duration"):
+        parse_duration(text, "--history")
+
+
+def test_selectors():
+    assert selector_matchers('{job="sglang"}') == 'job="sglang"'
+    assert selector_matchers(' { job="sglang", env=~"prod|staging", } ') == 'job="sglang", env=~"prod|staging"'
+    assert selector_matchers("{}") == "" and selector_matchers(None) == "" and selector_matchers("") == ""
+    for bad in ('job="sglang"', "{job}", "{a{b}}", "sglang:up{}"):
+        with pytest.raises(InputError, match="selector"):
+            selector_matchers(bad)
+
+
+def test_auth_misuse_is_an_input_error():
+    with pytest.raises(InputError, match="not both"):
+        StoreAuth(bearer_token="t", username="u", password="p")
+    with pytest.raises(InputError, match="username"):
+        StoreAuth(password="p")
+    with pytest.raises(InputError, match="http"):
+        PrometheusClient("prometheus:9090")
