@@ -1,0 +1,188 @@
+"""The store path's pure half: the fixed fleet queries, and store rows read back into the MetricsObservation a
+direct scrape gives. Golden tests run the genuine SGLang 0.5.23 expositions through a small evaluator of the
+three query shapes (what Prometheus answers for one scrape of them) and compare with `parse_metrics`."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable
+from dataclasses import fields
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from support import METRICS
+
+from advisor.estimate.history import (
+    HISTOGRAM_FAMILIES,
+    PHASE_FAMILIES,
+    RANK_FAMILIES,
+    TOKENIZER_COUNTERS,
+    FleetFrame,
+    FleetQuery,
+    fleet_queries,
+    replay_step,
+    server_info_from_gauges,
+)
+from advisor.feeder import constants_from_server_info
+from advisor.model.serving import ServingConfig, slots_per_request
+from advisor.sources.metrics import RankMetrics, parse_metrics
+
+FIXTURES = ("single", "tp2", "dp2tp4")
+Row = tuple[dict[str, str], list[tuple[float, float]]]
+
+
+def exposition(name: str) -> str:
+    return (METRICS / f"sglang-0.5.23-{name}.prom").read_text()
+
+
+def samples_of(text: str, instance: str) -> Iterable[tuple[str, dict[str, str], float]]:
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            yield sample.name, {**sample.labels, "instance": instance, "job": "sglang"}, float(sample.value)
+
+
+def evaluate(query: FleetQuery, samples: list[tuple[str, dict[str, str], float]], at: float) -> list[Row]:
+    """What Prometheus answers for one of the three query shapes (max/sum by the `by` labels of the query)."""
+    by = [label.strip() for label in re.search(r"by \(([^)]*)\)", query.expr).group(1).split(",")]
+    pattern = re.compile(re.search(r'__name__=~"([^"]+)"', query.expr).group(1))
+    combine = max if query.expr.startswith("max") else (lambda a, b: a + b)
+    groups: dict[tuple[str, ...], float] = {}
+    for name, labels, value in samples:
+        if not pattern.fullmatch(name) or (query.kind == "rank" and labels.get("priority")):
+            continue
+        key = tuple(name if label == "__name__" else labels.get(label, "") for label in by)
+        groups[key] = combine(groups[key], value) if key in groups else value
+    return [({k: v for k, v in zip(by, key, strict=True) if v}, [(at, value)]) for key, value in groups.items()]
+
+
+def store_frame(fleet: dict[str, str], times: Iterable[float] = (1000.0,), server_labels=("instance",)) -> FleetFrame:
+    frame = FleetFrame(server_labels)
+    for at in times:
+        for query in fleet_queries('job="sglang"', server_labels):
+            rows: list[Row] = []
+            for instance, text in fleet.items():
+                rows += evaluate(query, list(samples_of(text, instance)), at)
+            frame.add(query, rows)
+    return frame
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_store_rows_read_back_as_the_direct_scrape(name):
+    text = exposition(name)
+    direct = parse_metrics(text)
+    ((at, stored),) = store_frame({"gpu-a:30000": text}).observations("gpu-a:30000")
+    assert at == 1000.0
+    assert [rank.dp_rank for rank in stored.ranks] == [rank.dp_rank for rank in direct.ranks]
+    for mine, theirs in zip(stored.ranks, direct.ranks, strict=True):
+        for f in fields(RankMetrics):
+            assert getattr(mine, f.name) == pytest.approx(getattr(theirs, f.name)), (name, mine.dp_rank, f.name)
+    for histogram in ("prompt_tokens_histogram", "generation_tokens_histogram"):
+        assert getattr(stored, histogram) == getattr(direct, histogram)
+    for counter in ("requests_total", "aborted_requests_total", "prompt_tokens_total", "generation_tokens_total",
+                    "cached_tokens_total"):
+        assert getattr(stored, counter) == pytest.approx(getattr(direct, counter))
+    assert stored.model_name == direct.model_name
+    assert stored.families_seen <= direct.families_seen
+
+
+def test_every_rank_field_the_parser_fills_is_asked_for():
+    """A family added to the parser is read from the store too (the tables are shared), graph memory by phase."""
+    asked = set(RANK_FAMILIES.values()) | set(PHASE_FAMILIES.values())
+    filled = {f.name for f in fields(RankMetrics)} - {"dp_rank", "state_pool_slots"}
+    assert filled == asked
+
+
+def test_the_queries_are_the_same_four_whatever_the_fleet():
+    queries = fleet_queries('job="sglang", env=~"prod"', ("cluster", "instance"))
+    assert [q.name for q in queries] == ["rank", "counters", "prompt_tokens_histogram", "generation_tokens_histogram"]
+    for query in queries:
+        assert 'job="sglang", env=~"prod"' in query.expr
+        assert "by (__name__, cluster, instance" in query.expr
+    names = re.search(r'__name__=~"([^"]+)"', queries[0].expr).group(1)
+    assert all(re.fullmatch(names, family) for family in {**RANK_FAMILIES, **PHASE_FAMILIES})
+    assert 'priority=""' in queries[0].expr  # per-priority breakdowns of the scheduler gauges are left out
+    counters = re.search(r'__name__=~"([^"]+)"', queries[1].expr).group(1)
+    assert all(re.fullmatch(counters, family) for family in TOKENIZER_COUNTERS)
+    for query, family in zip(queries[2:], HISTOGRAM_FAMILIES, strict=True):
+        assert family + "_(bucket|sum|count)" in query.expr and "le)" in query.expr
+    assert "{" not in fleet_queries()[0].expr.split("({", 1)[1].replace('{__name__', '')  # no selector: none added
+
+
+def test_rows_group_by_server_and_time():
+    fleet = {"gpu-a:30000": exposition("single"), "gpu-b:30000": exposition("dp2tp4")}
+    frame = store_frame(fleet, times=(2000.0, 1000.0))
+    assert frame.servers() == ["gpu-a:30000", "gpu-b:30000"]
+    timeline = frame.observations("gpu-b:30000")
+    assert [t for t, _ in timeline] == [1000.0, 2000.0]
+    assert [len(obs.ranks) for _, obs in timeline] == [2, 2]
+    assert len(frame.pop_observations("gpu-a:30000")) == 2 and frame.servers() == ["gpu-b:30000"]
+    frame.add(fleet_queries()[0], [({"__name__": "sglang:num_running_reqs"}, [(1.0, 3.0)]),  # no server label
+                                   ({"__name__": "sglang:unknown", "instance": "x"}, [(1.0, 3.0)])])
+    assert frame.skipped_rows == 2
+
+
+def test_several_labels_name_a_server():
+    frame = FleetFrame(("cluster", "instance"))
+    query = fleet_queries("", ("cluster", "instance"))[0]
+    frame.add(query, [({"__name__": "sglang:num_running_reqs", "cluster": "eu", "instance": "gpu:1"}, [(5.0, 4.0)]),
+                      ({"__name__": "sglang:num_running_reqs", "cluster": "us", "instance": "gpu:1"}, [(5.0, 9.0)])])
+    assert frame.servers() == ["eu/gpu:1", "us/gpu:1"]
+    assert frame.server_label_values["us/gpu:1"] == {"cluster": "us", "instance": "gpu:1"}
+    assert frame.observations("us/gpu:1")[0][1].ranks[0].running_requests == 9
+
+
+def test_graph_memory_is_summed_over_phases_and_nan_is_no_sample():
+    frame = FleetFrame()
+    query = fleet_queries()[0]
+    frame.add(query, [
+        ({"__name__": "sglang:graph_memory_usage_gb", "instance": "a", "phase": "decode"}, [(1.0, 1.7)]),
+        ({"__name__": "sglang:graph_memory_usage_gb", "instance": "a", "phase": "prefill"}, [(1.0, 0.4)]),
+        ({"__name__": "sglang:num_running_reqs", "instance": "a"}, [(1.0, math.nan), (2.0, 3.0)]),
+    ])
+    (t1, first), (t2, second) = frame.observations("a")
+    assert first.ranks[0].graph_memory_gb == pytest.approx(2.1) and first.ranks[0].running_requests is None
+    assert second.ranks[0].running_requests == 3 and isinstance(second.ranks[0].running_requests, int)
+
+
+def test_a_histogram_without_inf_or_with_falling_counts_reads_as_absent():
+    query = fleet_queries()[2]
+    bucket = "sglang:prompt_tokens_histogram_bucket"
+    cut = FleetFrame()
+    cut.add(query, [({"__name__": bucket, "instance": "a", "le": "100"}, [(1.0, 3.0)])])
+    assert cut.observations("a")[0][1].prompt_tokens_histogram is None
+    falling = FleetFrame()
+    falling.add(query, [({"__name__": bucket, "instance": "a", "le": "100"}, [(1.0, 5.0)]),
+                        ({"__name__": bucket, "instance": "a", "le": "+Inf"}, [(1.0, 4.0)])])
+    assert falling.observations("a")[0][1].prompt_tokens_histogram is None
+
+
+def test_pool_gauges_stand_in_for_server_info():
+    observation = parse_metrics(exposition("dp2tp4"))
+    truth = json.loads((METRICS / "sglang-0.5.23-dp2tp4.truth.json").read_text())
+    info = server_info_from_gauges(observation, assumed_ratio=0.9)
+    assert info is not None and info.serving.mamba_full_memory_ratio == 0.9
+    assert [s.max_mamba_cache_size for s in info.shards] == [r["mamba_size"] for r in truth["ranks"]]
+    assert [s.kv_capacity_tokens for s in info.shards] == [r["kv_tokens"] for r in truth["ranks"]]
+    assert [s.kv_cache_gb for s in info.shards] == pytest.approx([r["kv_gb"] for r in truth["ranks"]])
+    slots = slots_per_request(info.serving)
+    assert [s.effective_max_running_requests for s in info.shards] == [r["mamba_size"] // slots for r in truth["ranks"]]
+    assert constants_from_server_info(info) is not None
+    # a different assumed ratio moves the slot size with it: the assumption is the whole caveat
+    other = server_info_from_gauges(observation, assumed_ratio=1.8, serving=ServingConfig(strategy="no_buffer"))
+    assert other is not None and other.serving.strategy == "no_buffer"
+    low, high = constants_from_server_info(info), constants_from_server_info(other)
+    assert low is not None and high is not None
+    assert high[0].state_bytes_per_slot > 1.9 * low[0].state_bytes_per_slot
+    # without the pool gauges (SGLang before 0.5.16) there is nothing to stand in with
+    bare = parse_metrics("sglang:num_running_reqs 3\n")
+    assert server_info_from_gauges(bare) is None
+
+
+def test_replay_step():
+    assert replay_step(7 * 86400) == math.ceil(7 * 86400 / 240)
+    assert replay_step(3600) == 60.0  # never below the floor
+    assert replay_step(3600, max_points=10, min_step_seconds=1) == 360
+    with pytest.raises(ValueError):
+        replay_step(0)
