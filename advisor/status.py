@@ -25,6 +25,10 @@ class TargetStatus:
     recommendation: Recommendation | None = None
     scrape_errors_total: dict[str, int] = field(default_factory=dict)  # source -> count
     last_errors: list[str] = field(default_factory=list)
+    # Counter lineage changes seen (a restart, or the URL flipping between servers): estimate.deltas.CounterTracker
+    restarts_total: int = 0
+    last_restart_timestamp: float | None = None
+    last_restart_reason: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
