@@ -5,6 +5,7 @@ cycle, then what it learnt and where to look. `--serve` keeps everything up unti
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 import tempfile
 import time
@@ -30,14 +31,22 @@ def register(sub: Any) -> None:
     p.set_defaults(handler=run)
 
 
+# The progress table: one row per cycle under these column headings.
+PROGRESS_HEADER = (
+    f"{'wall s':>6}  {'requests':>8}  {'L mean':>8}  {'L_eff':>8}  {'state sat.':>10}  {'live r':>6}  "
+    f"{'recom. r':>8}  {'confid.':>7}  decision"
+)
+
+
 def _progress(status: TargetStatus, elapsed: float) -> str:
     rec = status.recommendation
     w = status.workload
-    ratio = f"r {rec.live_ratio:.3g} -> {rec.ratio:.3g}" if rec and rec.ratio is not None and rec.live_ratio is not None else "r -"
+    live = f"{rec.live_ratio:.3g}" if rec and rec.live_ratio is not None else "-"
+    recommended = f"{rec.ratio:.3g}" if rec and rec.ratio is not None else "-"
     return (
-        f"[{elapsed:5.1f}s] {w.requests_observed:7,.0f} requests, L mean {w.context_length_mean or 0:8,.0f}, "
-        f"L_eff {w.effective_context_length or 0:8,.0f}, state saturated {100 * (w.state_pool_saturation_ratio or 0):3.0f}%, "
-        f"{ratio}, confidence {rec.confidence if rec else 0:.2f}, {rec.decision if rec else '-'}"
+        f"{elapsed:6.1f}  {w.requests_observed:8,.0f}  {w.context_length_mean or 0:8,.0f}  "
+        f"{w.effective_context_length or 0:8,.0f}  {100 * (w.state_pool_saturation_ratio or 0):9.0f}%  {live:>6}  "
+        f"{recommended:>8}  {rec.confidence if rec else 0:7.2f}  {rec.decision if rec else '-'}"
     )
 
 
@@ -65,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     emulator.start()
     print(f"emulated SGLang {server_config.version} server ({server_config.model_name}, r = "
           f"{server_config.serving.mamba_full_memory_ratio:g}) at {emulator.url}, {args.speed:g}x real time; "
-          f"workload '{workload.name}'; log {log_path}", flush=True)
+          f"workload '{workload.name}'; log {log_path} (removed at exit)", flush=True)
     config = config_from_dict({
         "targets": [{"name": "demo", "url": emulator.url, "log_paths": [str(log_path)]}],
         "interval_seconds": 1.0,
@@ -76,7 +85,9 @@ def run(args: argparse.Namespace) -> int:
     })
     advisor = Advisor(config)
     exporter = _start_exporter(advisor, args.listen)
-    print(f"advisor: metrics at {exporter.url}/metrics, reasoning at {exporter.url}/status\n", flush=True)
+    print(f"advisor: charts at {exporter.url}/, metrics at {exporter.url}/metrics, reasoning at {exporter.url}/status\n",
+          flush=True)
+    print(PROGRESS_HEADER, flush=True)
     started = time.monotonic()
     status: TargetStatus | None = None
     try:
@@ -90,8 +101,10 @@ def run(args: argparse.Namespace) -> int:
         if status is not None:
             print("\nwhat the advisor learnt:")
             print(describe(status))
-        print(f"\nlook at: {exporter.url}/metrics (sglang_advisor_*), {exporter.url}/status (JSON with the reasoning), "
-              f"{emulator.url}/metrics (the emulated server's own)")
+        print(f"\nlook at: {exporter.url}/ (charts), {exporter.url}/metrics (sglang_advisor_*), {exporter.url}/status "
+              f"(JSON with the reasoning), {emulator.url}/metrics (the emulated server's own)")
+        if not args.serve:
+            print("to keep the emulator and the advisor up and browse the charts: pool-advisor demo --serve")
         if args.serve:
             print("serving until Ctrl-C ...", flush=True)
             try:
@@ -104,5 +117,6 @@ def run(args: argparse.Namespace) -> int:
         exporter.stop()
         advisor.close()
         emulator.stop()
+        shutil.rmtree(workdir, ignore_errors=True)  # the log and checkpoint were only the demo's
     ok = status is not None and status.recommendation is not None and status.recommendation.ratio is not None
     return 0 if ok else 1

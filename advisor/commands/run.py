@@ -12,7 +12,9 @@ from typing import Any
 
 from advisor.config import AdvisorConfig, build_config
 from advisor.daemon.runner import Advisor
+from advisor.errors import InputError
 from advisor.export.server import ExporterServer
+from advisor.export.webconfig import load_web_config
 from advisor.status import TargetStatus
 
 
@@ -43,7 +45,15 @@ def register(sub: Any) -> None:
     add_config_flags(p)
     p.add_argument("--once", action="store_true", help="run one cycle, print the recommendation and exit")
     p.add_argument("--json", action="store_true", help="with --once: print JSON")
+    p.add_argument("--log-level", choices=LOG_LEVELS, default=os.environ.get("POOL_ADVISOR_LOG_LEVEL", "info").lower(),
+                   help="info: one line per cycle with each decision (default; env POOL_ADVISOR_LOG_LEVEL)")
+    p.add_argument("--web-config-file", metavar="FILE", default=os.environ.get("POOL_ADVISOR_WEB_CONFIG_FILE"),
+                   help="TLS and basic auth for /metrics, / and /status, as Prometheus' exporter web config "
+                        "(tls_server_config, basic_auth_users with bcrypt hashes; env POOL_ADVISOR_WEB_CONFIG_FILE)")
     p.set_defaults(handler=run)
+
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 def describe(status: TargetStatus) -> str:
@@ -81,7 +91,13 @@ def describe(status: TargetStatus) -> str:
 
 def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    if args.log_level not in LOG_LEVELS:
+        raise InputError(f"--log-level must be one of {', '.join(LOG_LEVELS)}, got {args.log_level!r}")
+    web_config = load_web_config(args.web_config_file) if args.web_config_file and not args.once else None
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        stream=sys.stderr)
+    if args.log_level != "debug":  # APScheduler logs two INFO lines per run; our own cycle line says more
+        logging.getLogger("apscheduler").setLevel(logging.WARNING)
     advisor = Advisor(config)
     problem = advisor.load_checkpoint()
     if problem:
@@ -94,7 +110,8 @@ def run(args: argparse.Namespace) -> int:
         else:
             print("\n".join(describe(s) for s in statuses))
         return 0 if all(s.up for s in statuses) else 1
-    exporter = ExporterServer(advisor.store, host=config.listen_host, port=config.listen_port).start()
+    exporter = ExporterServer(advisor.store, host=config.listen_host, port=config.listen_port, web_config=web_config,
+                              healthz_stale_after=max(60.0, 5 * config.interval_seconds)).start()
     print(f"pool-advisor: watching {len(config.targets)} target(s); metrics at {exporter.url}/metrics, status at {exporter.url}/status",
           file=sys.stderr, flush=True)
     try:

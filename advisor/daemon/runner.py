@@ -118,6 +118,7 @@ class Advisor:
     # -- cycles ---------------------------------------------------------------------------------------
 
     def _run_one(self, pipeline: TargetPipeline) -> None:
+        started = time.monotonic()
         try:
             status, report = pipeline.cycle(self.now())
         except Exception as exc:  # a bug in one target's cycle must not kill the daemon
@@ -126,6 +127,7 @@ class Advisor:
             status = TargetStatus(server=pipeline.target.name, up=False, last_errors=[f"internal error: {exc}"],
                                   scrape_errors_total=dict(pipeline.errors_total))
             report = CycleReport(errors=[str(exc)])
+        self._record_page_data(pipeline, status, report, time.monotonic() - started)
         try:
             snapshot = pipeline.state()
         except Exception:
@@ -136,6 +138,19 @@ class Advisor:
             self.latest[pipeline.target.name] = status
             self.reports[pipeline.target.name] = report
             self.store.publish(self._statuses(), self.now())
+
+    def _record_page_data(self, pipeline: TargetPipeline, status: TargetStatus, report: CycleReport,
+                          seconds: float) -> None:
+        """The exporter's extras: what the landing page draws (pool model, context histogram, history)
+        and the step timings (the pipeline's own when it reports them, plus the whole target)."""
+        steps = dict(getattr(report, "step_seconds", None) or {})
+        steps["target"] = seconds
+        try:
+            model = pipeline.server_model()
+            weights = pipeline.estimator.request_context.weights.tolist()
+        except Exception:  # page data is optional: never let it cost the cycle
+            model, weights = None, None
+        self.store.record_cycle(status, self.now(), model=model, context_weights=weights, step_seconds=steps)
 
     def _statuses(self) -> list[TargetStatus]:
         direct = [self.latest[p.target.name] for p in self.pipelines if p.target.name in self.latest]
@@ -165,7 +180,8 @@ class Advisor:
         this cycle or an earlier one) is abandoned for this cycle: counted under source=deadline and shown as
         down with the reason; the others are not delayed and keep their rate."""
         budget = timeout if timeout is not None else self.config.interval_seconds
-        deadline = time.monotonic() + budget
+        cycle_started = time.monotonic()
+        deadline = cycle_started + budget
         for pipeline in self.pipelines:
             self._start(pipeline.target.name, partial(self._run_one, pipeline))
         for fleet in self.fleets:
@@ -177,9 +193,15 @@ class Advisor:
                     break
                 self._done.wait(remaining)
         self._mark_overruns(budget)
+        checkpoint_started = time.monotonic()
         self.save_checkpoint()
+        finished = time.monotonic()
+        self.store.observe_step("checkpoint", finished - checkpoint_started)
+        self.store.observe_step("cycle", finished - cycle_started)
         with self._lock:
-            return self._statuses()
+            statuses = self._statuses()
+        log.info("%s", cycle_summary(statuses, finished - cycle_started))
+        return statuses
 
     def _mark_overruns(self, budget: float) -> None:
         overran = False
@@ -269,6 +291,30 @@ class _Task(threading.Thread):
             with self._done_condition:
                 self._finished = True
                 self._done_condition.notify_all()
+
+
+def cycle_summary(statuses: list[TargetStatus], seconds: float, detail_up_to: int = 5) -> str:
+    """The one log line per cycle: each target's decision and ratios (counts per decision past a few)."""
+    up = sum(1 for status in statuses if status.up)
+    head = f"cycle {seconds:.2f}s: {len(statuses)} target(s), {up} up"
+    if len(statuses) > detail_up_to:
+        counts: dict[str, int] = {}
+        for status in statuses:
+            decision = status.recommendation.decision if status.recommendation else "none"
+            counts[decision] = counts.get(decision, 0) + 1
+        return head + "; decisions " + " ".join(f"{name}={count}" for name, count in sorted(counts.items()))
+    parts = []
+    for status in statuses:
+        rec = status.recommendation
+        if rec is None:
+            parts.append(f"{status.server} {'up' if status.up else 'down'}, no recommendation")
+            continue
+        ratios = ""
+        if rec.ratio is not None:
+            live = f"{rec.live_ratio:.3g}" if rec.live_ratio is not None else "?"
+            ratios = f" r {live} -> {rec.ratio:.3g}"
+        parts.append(f"{status.server} {rec.decision}{ratios} (confidence {rec.confidence:.2f})")
+    return head + ("; " + "; ".join(parts) if parts else "")
 
 
 def _now_datetime() -> Any:

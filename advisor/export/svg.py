@@ -17,8 +17,8 @@ from advisor.model.pools import kv_capacity_requests, split_pools
 from advisor.model.serving import slots_per_request
 from advisor.recommend.types import Recommendation
 
-WIDTH, HEIGHT = 600, 300
-MARGIN_LEFT, MARGIN_RIGHT, MARGIN_TOP, MARGIN_BOTTOM = 56, 16, 28, 44
+WIDTH, HEIGHT = 600, 310
+MARGIN_LEFT, MARGIN_RIGHT, MARGIN_TOP, MARGIN_BOTTOM = 56, 16, 40, 44
 CURVE_POINTS = 160
 STATE_COLOUR, KV_COLOUR, LIVE_COLOUR, RECOMMENDED_COLOUR, AREA_COLOUR = (
     "#1f77b4", "#ff7f0e", "#555555", "#2ca02c", "#2ca02c",
@@ -26,12 +26,14 @@ STATE_COLOUR, KV_COLOUR, LIVE_COLOUR, RECOMMENDED_COLOUR, AREA_COLOUR = (
 
 
 def _fmt(value: float) -> str:
-    """A short human number for tick labels: 0.25, 1.8, 12k, 1.2M."""
+    """A short human number for tick labels: 0.25, 1.8, 2,310, 12.5k, 1.2M."""
     magnitude = abs(value)
     if magnitude >= 1e6:
         return f"{value / 1e6:.3g}M"
     if magnitude >= 1e4:
         return f"{value / 1e3:.3g}k"
+    if magnitude >= 1e3:
+        return f"{value:,.0f}"
     return f"{value:.3g}"
 
 
@@ -112,12 +114,13 @@ def _frame(title: str, axes: _Axes, x_label: str, y_label: str, body: list[str],
     parts.append(f'<g clip-path="url(#{html.escape(chart_id)}-plot)">')
     parts.extend(body)
     parts.append("</g>")
-    legend_x = right - 8
-    for index, (label, colour) in enumerate(legend):
-        y = top + 14 + 14 * index
-        parts.append(f'<line x1="{legend_x - 150:.1f}" y1="{y - 4}" x2="{legend_x - 134:.1f}" y2="{y - 4}" '
+    legend_x = float(left)  # one row under the title, outside the plot: it never hides a curve or a mark
+    for label, colour in legend:
+        y = top - 8
+        parts.append(f'<line x1="{legend_x:.1f}" y1="{y - 4}" x2="{legend_x + 16:.1f}" y2="{y - 4}" '
                      f'stroke="{colour}" stroke-width="3"/>')
-        parts.append(_text(legend_x - 130, y, label, anchor="start", size=10))
+        parts.append(_text(legend_x + 20, y, label, anchor="start", size=10))
+        legend_x += 30 + 6 * len(label)
     parts.append("</svg>")
     return "\n".join(parts)
 

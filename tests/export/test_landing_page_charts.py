@@ -1,0 +1,152 @@
+"""The landing page's server-side SVG charts, from a real daemon watching an emulated server: the pool
+model's curves with live and recommended r, the context histogram with its quantiles, the history; then
+a screenshot in headless Chromium (Debian `chromium`) to show the page renders."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import struct
+import subprocess
+import xml.etree.ElementTree as ET
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+from prom_harness import REQUIRE_BINARIES_ENV
+
+from advisor.config import config_from_dict
+from advisor.daemon.runner import Advisor
+from advisor.export.server import ExporterServer
+from advisor.export.svg import concurrency_curve
+from advisor.sim.config import load_server_config
+from advisor.sim.emulator import EmulatedServer
+from advisor.sim.workload import load_workload
+
+SVG_NS = "{http://www.w3.org/2000/svg}"
+
+
+@pytest.fixture(scope="module")
+def watched(tmp_path_factory) -> Iterator[Advisor]:
+    """An advisor that has watched the demo workload on an emulated server until it recommends."""
+    workdir = tmp_path_factory.mktemp("watched")
+    log_path = str(workdir / "sglang.log")
+    emulator = EmulatedServer(load_server_config("default"), load_workload("demo"), speed=300.0, seed=1,
+                              log_path=log_path, request_log_path=log_path)
+    emulator.start()
+    config = config_from_dict({"targets": [{"name": "demo", "url": emulator.url, "log_paths": [log_path]}],
+                               "interval_seconds": 1.0, "time_scale": 300.0, "timeout_seconds": 2.0})
+    advisor = Advisor(config)
+    try:
+        for _ in range(60):  # each cycle is a poll: stop once there is a ratio and a short history
+            status = advisor.run_cycle(timeout=5.0)[0]
+            with_ratio = [point for point in advisor.store.history("demo") if point.ratio]
+            if status.recommendation and status.recommendation.ratio and len(with_ratio) >= 4:
+                break
+        yield advisor
+    finally:
+        advisor.close()
+        emulator.stop()
+
+
+@pytest.fixture(scope="module")
+def page(watched) -> Iterator[tuple[str, str]]:
+    with ExporterServer(watched.store, "127.0.0.1", 0) as exporter:
+        response = requests.get(f"{exporter.url}/", timeout=10)
+        assert response.status_code == 200
+        yield response.text, exporter.url
+
+
+def _svgs(html_text: str) -> dict[str, ET.Element]:
+    found = {}
+    for match in re.finditer(r"<svg .*?</svg>", html_text, flags=re.S):
+        element = ET.fromstring(match.group())  # each chart is well-formed XML on its own
+        found[element.attrib["id"]] = element
+    return found
+
+
+def _texts(svg: ET.Element) -> list[str]:
+    return [node.text or "" for node in svg.iter(f"{SVG_NS}text")]
+
+
+def test_concurrency_chart_marks_live_and_recommended_r_on_the_model_curves(watched, page):
+    status = watched.store.latest()[0]
+    rec = status.recommendation
+    assert rec is not None and rec.ratio is not None and rec.live_ratio is not None
+    chart = _svgs(page[0])["concurrency-0"]
+    texts = _texts(chart)
+    assert f"live r {rec.live_ratio:.3g}" in texts and f"recommended r {rec.ratio:.3g}" in texts
+    assert len(list(chart.iter(f"{SVG_NS}polyline"))) == 2  # state clamp and KV capacity
+    # the curves are the pool model's: at the live r the state clamp is the recommendation's live clamp
+    model = watched.store.model("demo")
+    context = status.workload.effective_context_length
+    curve = concurrency_curve(model, context, [rec.live_ratio, rec.ratio])
+    assert curve.state_clamp[0] == pytest.approx(rec.predicted_max_running_requests_live, abs=1)
+    assert min(curve.state_clamp[1], curve.kv_capacity[1]) == pytest.approx(
+        rec.predicted_max_running_requests_recommended, rel=0.05)
+
+
+def test_context_chart_shows_the_distribution_and_its_quantiles(watched, page):
+    workload = watched.store.latest()[0].workload
+    chart = _svgs(page[0])["context-0"]
+    bars = [rect for rect in chart.iter(f"{SVG_NS}rect") if rect.attrib.get("fill-opacity") == "0.55"]
+    assert len(bars) >= 5
+    texts = " ".join(_texts(chart))
+    for label in ("p50", "p90", "p99", "mean", "L_eff"):
+        assert label in texts
+    assert workload.context_length_p50 and workload.context_length_p99
+    assert workload.context_length_p50 < workload.context_length_p99
+
+
+def test_history_chart_draws_the_recommendation_over_time(watched, page):
+    chart = _svgs(page[0])["history-0"]
+    lines = list(chart.iter(f"{SVG_NS}polyline"))
+    assert len(lines) == 2  # recommended and live r
+    assert all(len(line.attrib["points"].split()) >= 3 for line in lines)
+    assert len(watched.store.history("demo")) >= 4
+
+
+def _chromium() -> str:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        path = shutil.which(name)
+        if path:
+            return path
+    message = "`chromium` not found; install it with `apt-get install chromium` to screenshot the landing page"
+    if os.environ.get(REQUIRE_BINARIES_ENV) == "1":
+        pytest.fail(f"{message} ({REQUIRE_BINARIES_ENV}=1 forbids skipping)")
+    pytest.skip(message)
+
+
+def _png_size_and_rows(path: Path) -> tuple[int, int, bytes]:
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    width, height = struct.unpack(">II", data[16:24])
+    idat, offset = b"", 8
+    while offset < len(data):
+        length = struct.unpack(">I", data[offset:offset + 4])[0]
+        kind = data[offset + 4:offset + 8]
+        if kind == b"IDAT":
+            idat += data[offset + 8:offset + 8 + length]
+        offset += 12 + length
+    return width, height, zlib.decompress(idat)
+
+
+def test_headless_chromium_renders_the_page(page, tmp_path):
+    chromium = _chromium()
+    screenshot = tmp_path / "landing.png"
+    result = subprocess.run(
+        [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=1300,1500",
+         f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={screenshot}", page[1] + "/"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert screenshot.exists(), result.stderr[-2000:]
+    width, height, pixels = _png_size_and_rows(screenshot)
+    assert (width, height) == (1300, 1500)
+    # a blank page filters to almost all zero bytes; charts, table and text do not
+    assert sum(1 for byte in pixels if byte) > len(pixels) // 50
+    keep = os.environ.get("POOL_ADVISOR_SCREENSHOT")
+    if keep:
+        shutil.copy(screenshot, keep)
