@@ -102,7 +102,8 @@ def test_value_mappings_cover_every_decision_code(dashboard):
     # the coded expression gives state i the weight i
     expr = timeline["targets"][0]["expr"]
     for code, decision in enumerate(DECISIONS[1:], start=1):
-        assert f'{code} * sum by (server, model_name) (sglang_advisor_decision{{' in expr
+        # max per advisor instance: two advisors exporting one server must not add their codes
+        assert f'{code} * max by (server, model_name, instance) (sglang_advisor_decision{{' in expr
         assert f'state="{decision}"' in expr
 
 
