@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Any
 
 from advisor.model.serving import ServingConfig, slots_per_request
 from advisor.sources.metrics import (  # noqa: F401 - the parser's family tables, shared on purpose
@@ -90,16 +91,17 @@ def replay_step(history_seconds: float, *, max_points: int = 240, min_step_secon
     return max(min_step_seconds, math.ceil(history_seconds / max_points))
 
 
-@dataclass
 class _Sample:
-    """The rows of one server at one timestamp, as they arrive from the queries."""
+    """The rows of one server at one timestamp, as they arrive from the queries (one map per kind of row)."""
 
-    rank_values: dict[tuple[int | None, str], float] = field(default_factory=dict)
-    counters: dict[str, float] = field(default_factory=dict)
-    buckets: dict[str, dict[float, float]] = field(default_factory=dict)
-    sums: dict[str, float] = field(default_factory=dict)
-    counts: dict[str, float] = field(default_factory=dict)
-    model_name: str | None = None
+    __slots__ = ("maps", "model_name")
+    RANK, COUNTER, BUCKET, SUM, COUNT = range(5)
+
+    def __init__(self) -> None:
+        # rank: (dp_rank, field) -> value; counter: field -> sum; bucket: (histogram, le) -> value;
+        # sum/count: histogram -> value
+        self.maps: tuple[dict[Any, float], ...] = ({}, {}, {}, {}, {})
+        self.model_name: str | None = None
 
 
 class FleetFrame:
@@ -122,67 +124,28 @@ class FleetFrame:
         return name
 
     def add(self, query: FleetQuery, rows: Iterable[tuple[Mapping[str, str], Sequence[tuple[float, float]]]]) -> None:
-        """Rows as (labels, [(unix seconds, value)]) from one query of `fleet_queries`."""
+        """Rows as (labels, [(unix seconds, value)]) from one query of `fleet_queries`. Each row is resolved to
+        its slot once; its points (one for an instant query, many for a range) then only store values."""
         for labels, points in rows:
             server = self.server_of(labels)
-            family = labels.get("__name__", "")
-            if server is None:
+            slot = _slot(query.kind, labels) if server is not None else None
+            if server is None or slot is None:
                 self.skipped_rows += 1
                 continue
+            index, key, accumulate = slot
+            model_name = labels.get("model_name") if index == _Sample.COUNTER else None
             per_time = self.samples.setdefault(server, {})
             for t, value in points:
-                if math.isnan(value):
+                if value != value:  # NaN: no sample
                     continue
                 sample = per_time.get(t)
                 if sample is None:
                     sample = per_time[t] = _Sample()
-                if self._put(query.kind, family, labels, value, sample):
-                    self.values_added += 1
-                else:
-                    self.skipped_rows += 1
-
-    @staticmethod
-    def _put(kind: str, family: str, labels: Mapping[str, str], value: float, sample: _Sample) -> bool:
-        if kind == "rank":
-            name = RANK_FAMILIES.get(family)
-            phased = name is None
-            name = name or PHASE_FAMILIES.get(family)
-            if name is None:
-                return False
-            raw = labels.get("dp_rank")
-            try:
-                dp_rank = int(raw) if raw not in (None, "") else None
-            except ValueError:
-                return False
-            key = (dp_rank, name)
-            sample.rank_values[key] = sample.rank_values.get(key, 0.0) + value if phased else value
-            return True
-        if kind == "counter":
-            name = TOKENIZER_COUNTERS.get(family)
-            if name is None:
-                return False
-            sample.counters[name] = sample.counters.get(name, 0.0) + value
-            if sample.model_name is None and labels.get("model_name"):
-                sample.model_name = labels["model_name"]
-            return True
-        for base, name in HISTOGRAM_FAMILIES.items():
-            if not family.startswith(base):
-                continue
-            suffix = family[len(base):]
-            if suffix == "_bucket":
-                try:
-                    bound = float(labels.get("le", ""))
-                except ValueError:
-                    return False
-                sample.buckets.setdefault(name, {})[bound] = value
-            elif suffix == "_sum":
-                sample.sums[name] = value
-            elif suffix == "_count":
-                sample.counts[name] = value
-            else:
-                return False
-            return True
-        return False
+                target = sample.maps[index]
+                target[key] = target.get(key, 0.0) + value if accumulate else value
+                if model_name and sample.model_name is None:
+                    sample.model_name = model_name
+                self.values_added += 1
 
     def servers(self) -> list[str]:
         return sorted(self.samples)
@@ -200,16 +163,45 @@ class FleetFrame:
         return found
 
 
+def _slot(kind: str, labels: Mapping[str, str]) -> tuple[int, Any, bool] | None:
+    """Where a row's values go in a `_Sample`: (map index, key, whether rows add up), or None to skip it."""
+    family = labels.get("__name__", "")
+    if kind == "rank":
+        name = RANK_FAMILIES.get(family)
+        phased = name is None  # graph memory: one row per phase, summed
+        name = name or PHASE_FAMILIES.get(family)
+        raw = labels.get("dp_rank")
+        if name is None or (raw and not raw.isdigit()):
+            return None
+        return _Sample.RANK, (int(raw) if raw else None, name), phased
+    if kind == "counter":
+        name = TOKENIZER_COUNTERS.get(family)
+        return None if name is None else (_Sample.COUNTER, name, True)
+    for base, name in HISTOGRAM_FAMILIES.items():
+        if not family.startswith(base):
+            continue
+        suffix = family[len(base):]
+        if suffix == "_bucket":
+            try:
+                return _Sample.BUCKET, (name, float(labels.get("le", ""))), False
+            except ValueError:
+                return None
+        if suffix in ("_sum", "_count"):
+            return (_Sample.SUM if suffix == "_sum" else _Sample.COUNT), name, False
+    return None
+
+
 def _histogram(name: str, sample: _Sample) -> Histogram | None:
-    buckets = sample.buckets.get(name)
+    buckets = {bound: value for (histogram, bound), value in sample.maps[_Sample.BUCKET].items() if histogram == name}
     if not buckets or math.inf not in buckets:
         return None
     bounds = tuple(sorted(buckets))
     counts = tuple(buckets[b] for b in bounds)
     if any(later < earlier for earlier, later in zip(counts, counts[1:], strict=False)):
         return None
-    total = sample.counts.get(name, counts[-1])
-    return Histogram(upper_bounds=bounds, cumulative_counts=counts, sum=sample.sums.get(name, 0.0), count=total)
+    total = sample.maps[_Sample.COUNT].get(name, counts[-1])
+    return Histogram(upper_bounds=bounds, cumulative_counts=counts, sum=sample.maps[_Sample.SUM].get(name, 0.0),
+                     count=total)
 
 
 def observation_of(sample: _Sample) -> MetricsObservation:
@@ -217,7 +209,7 @@ def observation_of(sample: _Sample) -> MetricsObservation:
     per_rank: dict[int | None, dict[str, float | int]] = {}
     families: set[str] = set()
     by_field = {v: k for k, v in {**RANK_FAMILIES, **PHASE_FAMILIES}.items()}
-    for (dp_rank, name), value in sample.rank_values.items():
+    for (dp_rank, name), value in sample.maps[_Sample.RANK].items():
         per_rank.setdefault(dp_rank, {})[name] = int(value) if name in _INTEGER_FIELDS and value.is_integer() else value
         families.add(by_field[name])
     ranks = []
@@ -228,7 +220,8 @@ def observation_of(sample: _Sample) -> MetricsObservation:
             values["state_pool_slots"] = int(sum(float(s) for s in slots if s is not None))
         ranks.append(RankMetrics(dp_rank=dp_rank, **values))  # type: ignore[arg-type]
     counter_family = {v: k for k, v in TOKENIZER_COUNTERS.items()}
-    families.update(counter_family[name] for name in sample.counters)
+    counters = sample.maps[_Sample.COUNTER]
+    families.update(counter_family[name] for name in counters)
     histograms = {}
     for family, name in HISTOGRAM_FAMILIES.items():
         histograms[name] = _histogram(name, sample)
@@ -237,11 +230,11 @@ def observation_of(sample: _Sample) -> MetricsObservation:
     return MetricsObservation(
         ranks=ranks,
         model_name=sample.model_name,
-        requests_total=sample.counters.get("requests_total"),
-        aborted_requests_total=sample.counters.get("aborted_requests_total"),
-        prompt_tokens_total=sample.counters.get("prompt_tokens_total"),
-        generation_tokens_total=sample.counters.get("generation_tokens_total"),
-        cached_tokens_total=sample.counters.get("cached_tokens_total"),
+        requests_total=counters.get("requests_total"),
+        aborted_requests_total=counters.get("aborted_requests_total"),
+        prompt_tokens_total=counters.get("prompt_tokens_total"),
+        generation_tokens_total=counters.get("generation_tokens_total"),
+        cached_tokens_total=counters.get("cached_tokens_total"),
         prompt_tokens_histogram=histograms["prompt_tokens_histogram"],
         generation_tokens_histogram=histograms["generation_tokens_histogram"],
         families_seen=frozenset(families),
