@@ -67,10 +67,15 @@ def run_atheris(targets: list[str], seconds: float) -> int:
         for index, seed in enumerate(_targets().seeds(target)):
             (corpus / f"seed-{index}").write_bytes(seed[:65536])
         started = time.monotonic()
-        code = subprocess.call([sys.executable, __file__, "--atheris-child", target, "--seconds", str(seconds),
-                                "--corpus", str(corpus)], stdout=subprocess.DEVNULL)
+        log = WORK / f"{target}.log"
+        with open(log, "w") as sink:
+            code = subprocess.call([sys.executable, __file__, "--atheris-child", target, "--seconds", str(seconds),
+                                    "--corpus", str(corpus)], stdout=sink, stderr=subprocess.STDOUT)
         took = time.monotonic() - started
-        print(f"{target:12s} atheris {took:7.1f} s  exit {code} ({'no finding' if code == 0 else 'FINDING: see ' + str(FINDINGS)})")
+        done = [line.split("\t", 1)[-1].strip() for line in log.read_text(errors="replace").splitlines() if "DONE" in line]
+        runs = log.read_text(errors="replace").count("\n")
+        verdict = "no finding" if code == 0 else f"FINDING: see {log} and {FINDINGS}"
+        print(f"{target:12s} atheris {took:7.1f} s  exit {code}  {done[-1] if done else f'({runs} log lines)'}  {verdict}")
         worst = max(worst, code)
     return 0 if worst == 0 else 1
 
