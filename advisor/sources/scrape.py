@@ -6,17 +6,19 @@ from __future__ import annotations
 
 from advisor.errors import InputError
 from advisor.sources.http import HttpClient
-from advisor.sources.metrics import MetricsObservation, parse_metrics
+from advisor.sources.metrics import DEFAULT_LIMITS, MetricsLimits, MetricsObservation, parse_metrics
 from advisor.sources.server_info import ServerInfo, fetch_server_info, parse_server_info
 
 
-def scrape_metrics(client: HttpClient, base_url: str) -> tuple[MetricsObservation | None, str | None]:
-    """GET {base_url}/metrics and parse it: (observation, None) or (None, why not)."""
+def scrape_metrics(
+    client: HttpClient, base_url: str, limits: MetricsLimits = DEFAULT_LIMITS
+) -> tuple[MetricsObservation | None, str | None]:
+    """GET {base_url}/metrics and parse it within `limits`: (observation, None) or (None, why not)."""
     result = client.get_text(f"{base_url.rstrip('/')}/metrics")
     if not result.ok or not isinstance(result.body, str):
         return None, result.error or "empty /metrics body"
     try:
-        return parse_metrics(result.body), None
+        return parse_metrics(result.body, limits), None
     except InputError as exc:
         return None, str(exc)
 
