@@ -48,6 +48,7 @@ class CycleReport:
     request_records: int = 0
     log_retractions: int = 0
     errors: list[str] = field(default_factory=list)
+    step_seconds: dict[str, float] = field(default_factory=dict)  # logs, metrics, server_info, recommend
 
 
 class TargetPipeline:
@@ -121,18 +122,25 @@ class TargetPipeline:
         self.last_errors = []
         report = CycleReport()
         self._read_logs(now, report)
+        step = time.monotonic()
+        report.step_seconds["logs"] = step - started
         scraped = self._scrape(now, report)
+        report.step_seconds["metrics"] = time.monotonic() - step
         if scraped:
             self.consecutive_failures = 0
             self.last_success = now
         else:
             self.consecutive_failures += 1
         if self.info_due or self.cycles % max(1, self.config.server_info_every) == 0:
+            step = time.monotonic()
             self._refresh_server_info(report)
+            report.step_seconds["server_info"] = time.monotonic() - step
         report.server_info = self.server_info
         report.boot = self.boot
         report.errors = list(self.last_errors)
+        step = time.monotonic()
         status = self._status(now)
+        report.step_seconds["recommend"] = time.monotonic() - step
         status.last_cycle_duration_seconds = time.monotonic() - started
         return status, report
 

@@ -150,3 +150,14 @@ def test_headless_chromium_renders_the_page(page, tmp_path):
     keep = os.environ.get("POOL_ADVISOR_SCREENSHOT")
     if keep:
         shutil.copy(screenshot, keep)
+
+
+def test_the_daemon_times_every_step_of_its_cycles(watched, page):
+    text = requests.get(f"{page[1]}/metrics", timeout=10).text
+    counts = {}
+    for match in re.finditer(r'^sglang_advisor_cycle_step_duration_seconds_count\{step="(\w+)"\} (\S+)$', text, re.M):
+        counts[match.group(1)] = float(match.group(2))
+    cycles = len(watched.store.history("demo"))
+    for step in ("logs", "metrics", "recommend", "target", "cycle", "checkpoint"):
+        assert counts[step] == cycles, (step, counts)
+    assert 1 <= counts["server_info"] <= cycles  # refreshed every server_info_every cycles or when due
