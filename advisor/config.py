@@ -29,7 +29,7 @@ MAX_CONFIG_BYTES = 256 << 10  # a config is a few KB; PyYAML takes ~1.4 s and ~1
 @dataclass(frozen=True)
 class TargetConfig:
     name: str
-    url: str
+    url: str = field(repr=False)  # may carry user:password@ (sent as Basic auth); shown only as `shown_url`
     api_key: str | None = field(default=None, repr=False)
     log_paths: tuple[str, ...] = ()
     boot_log: str | None = None
@@ -37,6 +37,11 @@ class TargetConfig:
     state_bytes_per_slot: float | None = None
     kv_bytes_per_token: float | None = None
     rest_gib: float | None = None
+
+    @property
+    def shown_url(self) -> str:
+        """The URL without any user:password@, for anything a person or a scraper sees."""
+        return redact_url(self.url)
     # SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK as the server runs it (S drops by one); None: as /server_info shows,
     # else assumed off (SGLang only exposes it with SGLANG_EXPOSE_OWN_ENV_VARS=1).
     skip_decode_lock: bool | None = None

@@ -65,6 +65,8 @@ def test_password_in_url_is_not_in_the_default_name_nor_in_errors() -> None:
     config = config_from_dict({"targets": ["http://admin:hunter2@127.0.0.1:30000/"]}, {})
     assert config.targets[0].name == "127.0.0.1:30000"
     assert config.targets[0].url == "http://admin:hunter2@127.0.0.1:30000"  # kept for Basic auth
+    assert config.targets[0].shown_url == "http://127.0.0.1:30000"
+    assert "hunter2" not in repr(config) and "admin" not in repr(config)
     with pytest.raises(InputError) as err:
         config_from_dict({"targets": ["http://admin:hunter2@127.0.0.1:99999"]}, {})
     assert "hunter2" not in str(err.value) and "admin" not in str(err.value)
