@@ -1,0 +1,107 @@
+"""The fleet dashboard: generated JSON is current, its panels follow the per-server dashboard's rules,
+its rows link into the per-server dashboard, and against a real Prometheus scraping two advisors that
+export the same server it shows one row per server with the right decision (codes never added)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+from export_samples import drifted_status
+from prom_harness import PrometheusServer, run_promtool, wait_for
+from promql_refs import REPO, concrete, dashboard_panels, load_dashboard, metric_names
+
+from advisor.export.collector import SnapshotStore, exported_metric_names
+from advisor.export.server import ExporterServer
+from advisor.recommend.types import DECISIONS
+
+GENERATOR = REPO / "dashboards" / "generate_fleet.py"
+FLEET = REPO / "dashboards" / "sglang-pool-advisor-fleet.json"
+
+
+@pytest.fixture(scope="module")
+def fleet() -> dict:
+    return json.loads(FLEET.read_text())
+
+
+def _exprs(dashboard: dict) -> list[str]:
+    return [t["expr"] for p in dashboard_panels(dashboard) for t in p["targets"]]
+
+
+def _concrete(expr: str) -> str:
+    return concrete(expr)
+
+
+def test_committed_json_is_what_the_generator_writes():
+    result = subprocess.run([sys.executable, str(GENERATOR), "--check"], capture_output=True, text=True, timeout=60,
+                            check=False)
+    assert result.returncode == 0, result.stderr
+
+
+def test_panels_are_complete_and_name_their_metrics(fleet):
+    assert fleet["uid"] == "sglang-pool-advisor-fleet" and fleet["id"] is None and "sglang" in fleet["tags"]
+    exported = set(exported_metric_names())
+    for panel in dashboard_panels(fleet):
+        assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, panel["title"]
+        assert "unit" in panel["fieldConfig"]["defaults"], panel["title"]
+        grid = panel["gridPos"]
+        assert grid["x"] + grid["w"] <= 24, panel["title"]
+        for target in panel["targets"]:
+            for name in metric_names(target["expr"]):
+                assert name in exported, name
+                assert name in panel["description"], (panel["title"], name)
+            assert 'model_name=~"$model_name"' in target["expr"]
+
+
+def test_table_sorts_by_drift_then_gain_and_links_each_server(fleet):
+    table = next(p for p in dashboard_panels(fleet) if p["type"] == "table")
+    sort = next(t for t in table["transformations"] if t["id"] == "sortBy")["options"]["sort"]
+    assert [(s["field"], s["desc"]) for s in sort] == [("|drift| (ln)", True), ("predicted gain", True)]
+    server_links = next(o for o in table["fieldConfig"]["overrides"] if o["matcher"]["options"] == "server")
+    url = server_links["properties"][0]["value"][0]["url"]
+    assert url.startswith(f"/d/{load_dashboard()['uid']}/") and "var-server=${__data.fields.server}" in url
+    mapping = next(o for o in table["fieldConfig"]["overrides"] if o["matcher"]["options"] == "decision")
+    options = mapping["properties"][0]["value"][0]["options"]
+    assert [options[str(code)]["text"].replace(" ", "_") for code in range(len(DECISIONS))] == list(DECISIONS)
+
+
+def test_exprs_parse_with_promtool(fleet, tmp_path):
+    exprs = [_concrete(expr) for expr in _exprs(fleet)]
+    rules = {"groups": [{"name": "fleet", "rules": [{"record": f"fleet:expr_{i}:check", "expr": e}
+                                                    for i, e in enumerate(exprs)]}]}
+    path = tmp_path / "fleet.yml"
+    path.write_text(yaml.safe_dump(rules))
+    result = run_promtool("check", "rules", str(path))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_two_advisors_exporting_one_server(prometheus_server, fleet):
+    """Advisors A and B both watch 10.0.0.7 (raise_ratio); only A watches 10.0.0.9 (hold)."""
+    now = time.time()
+    shared, only_a = drifted_status(server="10.0.0.7:30000"), drifted_status(server="10.0.0.9:30000", decision="hold")
+    store_a, store_b = SnapshotStore(), SnapshotStore()
+    store_a.publish([shared, only_a], now=now)
+    store_b.publish([shared], now=now)
+    with ExporterServer(store_a, "127.0.0.1", 0) as a, ExporterServer(store_b, "127.0.0.1", 0) as b:
+        prometheus: PrometheusServer = prometheus_server(
+            scrape_targets={"sglang-pool-advisor": [f"127.0.0.1:{a.port}", f"127.0.0.1:{b.port}"]})
+        wait_for(lambda: len(prometheus.query("sglang_advisor_target_up")) == 3, timeout=15,
+                 what="both advisors scraped")
+        table = next(p for p in dashboard_panels(fleet) if p["type"] == "table")
+        by_ref = {t["refId"]: _concrete(t["expr"]) for t in table["targets"]}
+        decisions = {s["metric"]["server"]: float(s["value"][1]) for s in prometheus.query(by_ref["F"])}
+        assert decisions == {"10.0.0.7:30000": DECISIONS.index("raise_ratio"), "10.0.0.9:30000": DECISIONS.index("hold")}
+        for ref in "ABCDEG":  # one row per server, whatever the number of advisors
+            assert sorted(s["metric"]["server"] for s in prometheus.query(by_ref[ref])) == [
+                "10.0.0.7:30000", "10.0.0.9:30000"], ref
+        # the per-server dashboard's decision timeline: one series per advisor, each with the right code
+        timeline = next(p for p in dashboard_panels(load_dashboard()) if p["type"] == "state-timeline")
+        series = prometheus.query(concrete(timeline["targets"][0]["expr"]).replace('server=~".+"',
+                                                                                    'server="10.0.0.7:30000"'))
+        assert len(series) == 2 and {float(s["value"][1]) for s in series} == {DECISIONS.index("raise_ratio")}
+        assert all(re.fullmatch(r"127\.0\.0\.1:\d+", s["metric"]["instance"]) for s in series)
