@@ -1,0 +1,54 @@
+"""The `kind: prometheus` target in the daemon config: defaults, secrets from the environment, and every bad
+value as an InputError naming the field."""
+
+from __future__ import annotations
+
+import pytest
+
+from advisor.config import config_from_dict
+from advisor.errors import InputError
+from advisor.store_config import DEFAULT_HISTORY_SECONDS
+
+
+def store(**fields: object) -> dict[str, object]:
+    return {"targets": [{"kind": "prometheus", "url": "https://prom.example:9090/", **fields}]}
+
+
+def test_defaults_and_mixing_with_direct_targets():
+    config = config_from_dict({"targets": [{"kind": "prometheus", "url": "http://prom:9090"}, "http://gpu-1:30000"]})
+    (target,) = config.store_targets
+    assert [t.name for t in config.targets] == ["gpu-1:30000"]
+    assert target.name == "prom:9090" and target.selector == "" and target.server_labels == ("instance",)
+    assert target.history_seconds == DEFAULT_HISTORY_SECONDS and target.assumed_ratio == 0.9
+    assert target.server_info_base({"instance": "10.0.0.7:30000"}) == "http://10.0.0.7:30000"
+
+
+def test_fields_and_secrets_from_the_environment():
+    config = config_from_dict(store(
+        selector='{job="sglang"}', server_labels=["cluster", "instance"], history="2d", step="5m",
+        server_info_url="https://{instance}.{cluster}.svc/", bearer_token_env="PROM_TOKEN", ca_file="/etc/ca.pem",
+        server_api_key_env="SGLANG_KEY", assumed_ratio=1.5, forget_after_seconds="1h",
+    ), env={"PROM_TOKEN": "tok", "SGLANG_KEY": "sk"})
+    (target,) = config.store_targets
+    assert target.url == "https://prom.example:9090" and target.matchers == 'job="sglang"'
+    assert (target.history_seconds, target.step_seconds, target.forget_after_seconds) == (172800, 300, 3600)
+    assert target.auth.bearer_token == "tok" and target.auth.ca_file == "/etc/ca.pem" and target.server_api_key == "sk"
+    assert target.server_info_base({"cluster": "eu", "instance": "gpu-3"}) == "https://gpu-3.eu.svc"
+    assert "tok" not in repr(target) and "sk'" not in repr(target)
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"selectr": '{job="x"}'}, "unknown field 'selectr' in targets[0] (did you mean 'selector'?)"),
+    ({"selector": 'job="x"'}, "targets[0].selector"),
+    ({"history": "a week"}, "targets[0].history"),
+    ({"server_labels": ["in-stance"]}, "targets[0].server_labels"),
+    ({"server_info_url": "http://{pod}:30000"}, "targets[0].server_info_url"),
+    ({"assumed_ratio": 0}, "targets[0].assumed_ratio"),
+    ({"bearer_token_env": "NOT_SET_ANYWHERE"}, "NOT_SET_ANYWHERE is not set"),
+    ({"bearer_token": "t", "username": "u"}, "not both"),
+    ({"url": "prom:9090"}, "targets[0].url"),
+])
+def test_bad_values_are_named(fields, message):
+    with pytest.raises(InputError) as caught:
+        config_from_dict(store(**fields), env={})
+    assert message in str(caught.value)
