@@ -112,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
         return 0 if all(s.up for s in statuses) else 1
     exporter = ExporterServer(advisor.store, host=config.listen_host, port=config.listen_port, web_config=web_config,
                               healthz_stale_after=max(60.0, 5 * config.interval_seconds)).start()
-    print(f"pool-advisor: watching {len(config.targets)} target(s); metrics at {exporter.url}/metrics, status at {exporter.url}/status",
+    print(f"pool-advisor: watching {len(config.targets)} target(s) and {len(config.store_targets)} store(s); metrics at {exporter.url}/metrics, status at {exporter.url}/status",
           file=sys.stderr, flush=True)
     try:
         return advisor.serve_forever()
