@@ -5,11 +5,11 @@ Run as a script with --write to regenerate prometheusrule.yaml from alerts.yml."
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,15 +19,20 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
 KUSTOMIZE = DEPLOY / "kubernetes"
-RULE_HEADER = ("# Generated from deploy/prometheus/alerts.yml (tests/export/test_deploy_kit.py keeps them equal);\n"
-               "# edit alerts.yml and regenerate with: python3 tests/export/test_deploy_kit.py --write\n")
+
+
+def _render_rules() -> Any:
+    """deploy/prometheus/render_rules.py as a module (deploy/ is not a package)."""
+    spec = importlib.util.spec_from_file_location("render_rules", DEPLOY / "prometheus" / "render_rules.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def prometheus_rule_text() -> str:
-    alerts = yaml.safe_load((DEPLOY / "prometheus" / "alerts.yml").read_text())
-    rule = {"apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule",
-            "metadata": {"name": "pool-advisor"}, "spec": alerts}
-    return RULE_HEADER + yaml.safe_dump(rule, sort_keys=False, width=120)
+    rules = _render_rules()
+    return str(rules.prometheus_rule(rules.render()))
 
 
 def _kubectl() -> str:
@@ -102,7 +107,7 @@ def test_config_and_web_config_are_accepted_by_the_advisor(built):
 
 def test_prometheus_rule_is_alerts_yml(built):
     assert (KUSTOMIZE / "prometheusrule.yaml").read_text() == prometheus_rule_text(), \
-        "regenerate: python3 tests/export/test_deploy_kit.py --write"
+        "regenerate: python3 deploy/prometheus/render_rules.py --prometheus-rule > deploy/kubernetes/prometheusrule.yaml"
     assert built["PrometheusRule"]["spec"] == yaml.safe_load((DEPLOY / "prometheus" / "alerts.yml").read_text())
 
 
@@ -132,5 +137,22 @@ def test_systemd_unit_reads_an_environment_file():
         assert "Unknown key" not in result.stderr and "Unknown section" not in result.stderr, result.stderr
 
 
-if __name__ == "__main__" and "--write" in sys.argv:
-    (KUSTOMIZE / "prometheusrule.yaml").write_text(prometheus_rule_text())
+def test_rules_render_with_your_job_and_matchers(tmp_path):
+    """The one place to set selectors: every selector gets the matchers, the job follows, promtool agrees."""
+    from prom_harness import run_promtool
+
+    rules = _render_rules()
+    document = rules.render(job="pool-advisor", matchers='cluster="prod"')
+    exprs = [rule["expr"] for group in document["groups"] for rule in group["rules"]]
+    for expr in exprs:
+        selectors = re.findall(r"\b(?:sglang_advisor_\w+|up)\{[^}]*\}", expr)
+        assert selectors and all('cluster="prod"' in selector for selector in selectors), expr
+        assert "sglang-pool-advisor" not in expr
+    assert any('up{cluster="prod", job="pool-advisor"}' in expr for expr in exprs)
+    path = tmp_path / "alerts.yml"
+    path.write_text(rules.dump(document))
+    result = run_promtool("check", "rules", str(path))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert rules.render() == yaml.safe_load((DEPLOY / "prometheus" / "alerts.yml").read_text())  # default: as tested
+    with pytest.raises(ValueError, match="--matchers"):
+        rules.render(matchers="cluster=prod")
