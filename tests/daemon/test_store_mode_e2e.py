@@ -199,3 +199,17 @@ def test_servers_come_and_go_without_leaks(fleet: Fleet) -> None:
     finally:
         late.stop()
         advisor.close()
+
+
+def test_run_once_from_cold_is_not_insufficient_data(fleet: Fleet, tmp_path: Path) -> None:
+    """`run --once` against the store recommends on its only cycle: the history replay replaces the warm-up."""
+    config = tmp_path / "advisor.yaml"
+    config.write_text(json.dumps({**store_config(fleet.prometheus), "timeout_seconds": 5, "interval_seconds": 10}))
+    done = subprocess.run([sys.executable, "-m", "advisor", "run", "--once", "--json", "--config", str(config)],
+                          capture_output=True, text=True, timeout=60, cwd=Path(__file__).parents[2])
+    assert done.returncode == 0, done.stderr
+    statuses = {s["server"]: s for s in json.loads(done.stdout)}
+    assert set(statuses) == set(fleet.direct)
+    for server, direct in fleet.direct.items():
+        assert direct.recommendation is not None
+        assert statuses[server]["recommendation"]["decision"] == direct.recommendation.decision
