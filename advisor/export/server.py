@@ -15,7 +15,7 @@ import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, quote, urlsplit
 
 from prometheus_client.exposition import _bake_output
 from prometheus_client.registry import CollectorRegistry
@@ -35,6 +35,8 @@ DEFAULT_EXPORTER_PORT = 9415
 # connection may take to send its request or TLS handshake before its thread gives up on it.
 LISTEN_BACKLOG = 1024
 CONNECTION_TIMEOUT_SECONDS = 10.0
+# The landing page draws charts for this many servers at most (the ones furthest from their recommendation).
+CHARTED_SERVERS = 12
 
 
 def _json_safe(value: Any) -> Any:
@@ -78,7 +80,21 @@ def _landing_row(status: TargetStatus) -> str:
         f"{rec.confidence:.2f}" if rec else "–",
         (rec.flag_line or "") if rec else "",
     ]
-    return "<tr>" + "".join(f"<td>{html.escape(str(cell))}</td>" for cell in cells) + "</tr>"
+    link = f'<td><a href="/?server={quote(status.server, safe="")}">{html.escape(status.server)}</a></td>'
+    return "<tr>" + link + "".join(f"<td>{html.escape(str(cell))}</td>" for cell in cells[1:]) + "</tr>"
+
+
+def _charted(targets: list[TargetStatus], server: str | None) -> list[TargetStatus]:
+    """Whose charts the page draws: the one asked for, else the CHARTED_SERVERS furthest from their
+    recommendation (a fleet of a thousand gets its table, not three thousand charts)."""
+    if server is not None:
+        return [status for status in targets if status.server == server]
+
+    def drift(status: TargetStatus) -> float:
+        value = status.recommendation.ratio_drift if status.recommendation else None
+        return abs(value) if value is not None and math.isfinite(value) else -1.0
+
+    return sorted(targets, key=drift, reverse=True)[:CHARTED_SERVERS]
 
 
 def _server_section(store: SnapshotStore, status: TargetStatus, index: int) -> str:
@@ -93,15 +109,22 @@ def _server_section(store: SnapshotStore, status: TargetStatus, index: int) -> s
             f'<div class="charts">{"".join(charts)}</div></section>')
 
 
-def landing_page(store: SnapshotStore) -> str:
-    """An HTML page: per server the decision, recommended vs live ratio and binding pool, then its charts."""
+def landing_page(store: SnapshotStore, server: str | None = None) -> str:
+    """An HTML page: per server the decision, recommended vs live ratio and binding pool, then charts for
+    `server` (or the servers furthest from their recommendation)."""
     snapshot = store.snapshot()
     targets = sorted(snapshot.targets, key=lambda s: s.server)
     if targets:
         rows = "\n".join(_landing_row(status) for status in targets)
     else:
         rows = '<tr><td colspan="10">no cycle has completed yet</td></tr>'
-    sections = "\n".join(_server_section(store, status, index) for index, status in enumerate(targets))
+    charted = _charted(targets, server)
+    sections = "\n".join(_server_section(store, status, index) for index, status in enumerate(charted))
+    if server is not None and not charted:
+        sections = f"<p>no server {html.escape(server)} in the last snapshot</p>"
+    elif len(charted) < len(targets):
+        sections = (f"<p>charts for the {len(charted)} servers furthest from their recommendation; "
+                    f"click a server for its own.</p>\n" + sections)
     generated = "never" if snapshot.generated_at is None else f"{snapshot.generated_at:.0f} (unix seconds)"
     return f"""<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>SGLang pool advisor</title>
@@ -158,7 +181,8 @@ class _Handler(BaseHTTPRequestHandler):
                 status, content_type, body = 200, "application/json", document.encode()
             elif path in ("/", "/index.html"):
                 status, content_type = 200, "text/html; charset=utf-8"
-                body = landing_page(self.server.store).encode()
+                chosen = parse_qs(url.query).get("server")
+                body = landing_page(self.server.store, chosen[0] if chosen else None).encode()
             else:
                 status, content_type, body = 404, "text/plain; charset=utf-8", b"not found: try /metrics\n"
         except Exception as exc:  # a bad snapshot must not kill the server thread

@@ -221,3 +221,24 @@ def test_history_and_page_data_of_a_vanished_server_are_dropped(store):
     store.publish([drifted_status(server="b:1")], now=NOW + 1)
     assert store.history("a:1") == [] and store.context_weights("a:1") is None
     wait_for(lambda: store.seconds_since_publish() >= 0, timeout=1, what="a monotonic age")
+
+
+def test_client_certificates_required_and_verified(store, certificate, tmp_path):
+    """RequireAndVerifyClientCert: a client without a certificate signed by client_ca_file is refused."""
+    cert, key = certificate
+    client_key, client_csr, client_cert = tmp_path / "client.key", tmp_path / "client.csr", tmp_path / "client.pem"
+    openssl = _openssl()
+    subprocess.run([openssl, "req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=prometheus",
+                    "-keyout", str(client_key), "-out", str(client_csr)], check=True, capture_output=True, timeout=60)
+    subprocess.run([openssl, "x509", "-req", "-in", str(client_csr), "-CA", str(cert), "-CAkey", str(key),
+                    "-CAcreateserial", "-days", "2", "-out", str(client_cert)], check=True, capture_output=True,
+                   timeout=60)
+    web = web_config_from_dict({"tls_server_config": {
+        "cert_file": str(cert), "key_file": str(key), "client_auth_type": "RequireAndVerifyClientCert",
+        "client_ca_file": str(cert), "min_version": "TLS12"}})
+    with ExporterServer(store, "127.0.0.1", 0, web_config=web, connection_timeout=2) as exporter:
+        url = f"{exporter.url}/metrics"
+        with pytest.raises(requests.exceptions.SSLError):
+            _get(url, verify=str(cert))
+        response = _get(url, verify=str(cert), cert=(str(client_cert), str(client_key)))
+        assert response.status_code == 200 and "sglang_advisor_" in response.text

@@ -119,3 +119,26 @@ def test_busy_port_and_bad_port_are_one_line_errors(store):
             ExporterServer(store, "127.0.0.1", port).start()
     with pytest.raises(InputError, match="0..65535"):
         ExporterServer(store, "127.0.0.1", 70000)
+
+
+def test_landing_page_charts_the_most_drifted_servers_and_one_on_request():
+    from advisor.export.server import CHARTED_SERVERS
+
+    statuses = []
+    for index in range(CHARTED_SERVERS + 3):
+        status = drifted_status(server=f"10.0.1.{index}:30000")
+        assert status.recommendation is not None
+        status.recommendation.ratio_drift = 0.01 * index  # the last ones drift most
+        statuses.append(status)
+    store = SnapshotStore()
+    store.publish(statuses, now=NOW)
+    with ExporterServer(store, "127.0.0.1", 0) as server:
+        page = requests.get(server.url, timeout=5).text
+        one = requests.get(f"{server.url}/?server=10.0.1.0%3A30000", timeout=5).text
+        missing = requests.get(f"{server.url}/?server=nowhere", timeout=5).text
+    charted = [line for line in page.splitlines() if line.startswith('<section id="server-')]
+    assert len(charted) == CHARTED_SERVERS
+    assert "<h2>10.0.1.14:30000</h2>" in charted[0] and "10.0.1.0:30000</h2>" not in page
+    assert page.count('href="/?server=10.0.1.') == CHARTED_SERVERS + 3  # every row links to its charts
+    assert [line for line in one.splitlines() if line.startswith("<section")][0].count("<h2>10.0.1.0:30000</h2>") == 1
+    assert "no server nowhere in the last snapshot" in missing
