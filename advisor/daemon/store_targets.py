@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 
 from advisor.config import AdvisorConfig, TargetConfig
@@ -29,6 +30,8 @@ log = logging.getLogger("pool_advisor")
 # in memory (~100 bytes a sample), whatever the fleet size; Prometheus itself refuses > 11000 points a series.
 REPLAY_SAMPLES_PER_QUERY = 100_000
 MAX_POINTS_PER_SERIES = 11_000
+# /server_info requests in flight at once when many servers are due together (start, every server_info_every).
+SERVER_INFO_WORKERS = 32
 
 
 class StoreServerPipeline(TargetPipeline):
@@ -45,6 +48,7 @@ class StoreServerPipeline(TargetPipeline):
         self.pending_error: str | None = None
         self.last_seen: float | None = None
         self.info_from_gauges = False
+        self.prefetched: tuple[ServerInfo | None, str | None] | None = None
         self.errors_total.setdefault("deadline", 0)  # the runner's source for direct targets: same series
 
     def hand(self, observation: MetricsObservation | None, error: str | None, seen_at: float | None) -> None:
@@ -59,10 +63,21 @@ class StoreServerPipeline(TargetPipeline):
             return None, error or f"{self.target.name} is not in the store's latest samples"
         return observation, None
 
+    def server_info_due(self) -> bool:
+        """Whether this pipeline's next cycle (or first replayed sample) asks /server_info."""
+        if not self.asks_server:
+            return False
+        return self.info_due or (self.cycles + 1) % max(1, self.config.server_info_every) == 0
+
+    def prefetch_server_info(self) -> None:
+        """Ask /server_info now (the fleet does this for many servers at once); the cycle uses the answer."""
+        self.prefetched = super().fetch_server_info()
+
     def fetch_server_info(self) -> tuple[ServerInfo | None, str | None]:
         error = None
         if self.asks_server:
-            info, error = super().fetch_server_info()
+            prefetched, self.prefetched = self.prefetched, None
+            info, error = prefetched if prefetched is not None else super().fetch_server_info()
             if info is not None:
                 self.info_from_gauges = False
                 return info, None
@@ -162,12 +177,23 @@ class StoreFleet:
             if error:
                 self._store_error(error)
                 break
+            self._prefetch_server_info([self._pipeline(name, frame) for name in frame.servers()
+                                        if name not in self.pipelines or self.pipelines[name].server_info is None])
             for name in frame.servers():
                 pipeline = self._pipeline(name, frame)
                 for t, observation in frame.pop_observations(name):
                     pipeline.replay(now - (wall_end - t) * scale, observation)
                     fed += 1
         return fed
+
+    def _prefetch_server_info(self, pipelines: list[StoreServerPipeline]) -> None:
+        """/server_info of many servers side by side: unreachable ones cost one timeout per batch of
+        SERVER_INFO_WORKERS, not one each."""
+        due = [p for p in pipelines if p.asks_server]
+        if len(due) < 2:
+            return  # one server asks in its own cycle
+        with ThreadPoolExecutor(max_workers=min(SERVER_INFO_WORKERS, len(due)), thread_name_prefix="server-info") as pool:
+            list(pool.map(StoreServerPipeline.prefetch_server_info, due))
 
     def _range(self, expr: str, *, start: float, end: float, step: float) -> QueryResult:
         return self.client.query_range(expr, start, end, step)
@@ -193,6 +219,7 @@ class StoreFleet:
         for name in seen:
             observations = frame.pop_observations(name)
             self._pipeline(name, frame).hand(observations[-1][1] if observations else None, None, now)
+        self._prefetch_server_info([p for p in self.pipelines.values() if p.server_info_due()])
         statuses = []
         for name in sorted(self.pipelines):
             pipeline = self.pipelines[name]

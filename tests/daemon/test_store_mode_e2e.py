@@ -213,3 +213,18 @@ def test_run_once_from_cold_is_not_insufficient_data(fleet: Fleet, tmp_path: Pat
     for server, direct in fleet.direct.items():
         assert direct.recommendation is not None
         assert statuses[server]["recommendation"]["decision"] == direct.recommendation.decision
+
+
+def test_unreachable_server_info_falls_back_to_the_gauges_and_is_counted(fleet: Fleet) -> None:
+    dead = free_loopback_port()  # every server's /server_info template points at a closed port
+    config = store_config(fleet.prometheus, server_info_url=f"http://127.0.0.1:{dead}/{{instance}}")
+    advisor = Advisor(config_from_dict(config))
+    try:
+        statuses = {s.server: s for s in advisor.run_cycle(timeout=60.0)}
+    finally:
+        advisor.close()
+    assert set(statuses) == set(fleet.direct)
+    for status in statuses.values():
+        assert status.scrape_errors_total["server_info"] >= 1
+        assert status.recommendation is not None and status.recommendation.ratio is not None
+        assert any("pool gauges" in note for note in status.recommendation.notes)
