@@ -319,6 +319,13 @@ _HYBRID_PREFILL = re.compile(
 
 
 def _parse_stats(message: str, kind: str, head: _Head) -> StatsLine | None:
+    try:
+        return _parse_stats_unchecked(message, kind, head)
+    except ValueError:  # a number the pattern let through but int()/float() refuse (".696.94"): unparsed
+        return None
+
+
+def _parse_stats_unchecked(message: str, kind: str, head: _Head) -> StatsLine | None:
     if kind == "decode":
         match = _HYBRID_DECODE.fullmatch(message)
         if match is not None:

@@ -139,3 +139,18 @@ def test_time_and_memory_stay_linear_on_large_hostile_inputs(target: str) -> Non
             tracemalloc.stop()
         assert peak < 40 * len(big) + (16 << 20), f"{target}: peak {peak / 1e6:.0f} MB for {len(big) / 1e6:.1f} MB"
         assert time.perf_counter() - started >= 0  # ran to completion (speed is bench/fuzz.py's business)
+
+
+# Inputs the long runs found (kept as plain regression cases; docs/hardening.md lists them).
+FOUND = [
+    ("log_lines", b"[2026-11-29 14:02:40] Decode batch, #running-req: 63, #full token: 393571, full token usage: 0.90, "
+                  b"mamba num: 252, mamba usage: 0.45, cuda graph: True, gen throughput (token/s): .696.94, #queue-req: 7\n"),
+    ("log_lines", b"[2026-11-29 14:02:41] Prefill batch, #new-seq: 1, #new-token: 3301, #cached-token: 155, full token "
+                  b"usage: ..45, mamba usage: 0.47, #running-req: 65, #queue-req: 7, #pending-token: 17748, cuda graph: "
+                  b"False, input throughput (token/s): 14844.06\n"),
+]
+
+
+@pytest.mark.parametrize(("target", "raw"), FOUND)
+def test_inputs_found_by_fuzzing(target: str, raw: bytes) -> None:
+    check(target, raw)
