@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 import tracemalloc
 
 import pytest
@@ -126,19 +125,17 @@ def test_config_text_raises_only_typed_errors(raw: bytes) -> None:
 
 @pytest.mark.parametrize("target", sorted(TARGETS))
 def test_time_and_memory_stay_linear_on_large_hostile_inputs(target: str) -> None:
-    """A 4 MB input of each kind (a seed repeated, then garbage of the same size) parses or is refused using
-    a bounded multiple of its size in memory; the time is printed by bench/fuzz.py, not asserted here."""
+    """A 4 MB input of each kind (a seed repeated, then 5 MB of brackets and quotes) parses or is refused using
+    a bounded multiple of its size in memory (time per MB is printed by `bench/fuzz.py --scaling`)."""
     base = seeds(target)[0]
     for big in (base * max(1, (4 << 20) // max(1, len(base))), b"{[(\"\\" * (1 << 20)):
         tracemalloc.start()
-        started = time.perf_counter()
         try:
             check(target, big)
             peak = tracemalloc.get_traced_memory()[1]
         finally:
             tracemalloc.stop()
         assert peak < 40 * len(big) + (16 << 20), f"{target}: peak {peak / 1e6:.0f} MB for {len(big) / 1e6:.1f} MB"
-        assert time.perf_counter() - started >= 0  # ran to completion (speed is bench/fuzz.py's business)
 
 
 # Inputs the long runs found (kept as plain regression cases; docs/hardening.md lists them).
