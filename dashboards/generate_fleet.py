@@ -121,6 +121,27 @@ def build() -> dict[str, Any]:
               (0, 18, 24, 8),
               [target(f"topk(10, abs({per_server('sglang_advisor_ratio_drift')}))", "A", legend="{{server}}")],
               "none", defaults={"min": 0}),
+        panel(5, "timeseries", "Advisor cycle steps (p90)",
+              "Where the advisors' cycles spend their time: the 90th percentile of "
+              "sglang_advisor_cycle_step_duration_seconds per step (logs, metrics, server_info, recommend per "
+              "target; target; checkpoint; cycle) over all advisors. A cycle near the interval means targets time out.",
+              (0, 26, 12, 8),
+              [target("histogram_quantile(0.9, sum by (le, step) "
+                      "(rate(sglang_advisor_cycle_step_duration_seconds_bucket[$__rate_interval])))", "A",
+                      legend="{{step}}")],
+              "s", defaults={"min": 0}),
+        panel(6, "table", "Advisors",
+              "Each advisor process: its version and Python from sglang_advisor_build_info, and its resident "
+              "memory (process_resident_memory_bytes of the same instance).",
+              (12, 26, 12, 8),
+              [target("sglang_advisor_build_info", "A", instant=True, fmt="table"),
+               target("process_resident_memory_bytes and on (instance, job) sglang_advisor_build_info", "B",
+                      instant=True, fmt="table")],
+              "bytes",
+              transformations=[{"id": "merge", "options": {}},
+                               {"id": "organize", "options": {
+                                   "excludeByName": {"Time": True, "__name__": True, "Value #A": True},
+                                   "renameByName": {"Value #B": "resident memory"}}}]),
     ]
     variables = [
         {"name": "datasource", "label": "Data source", "type": "datasource", "query": "prometheus", "refresh": 1,
