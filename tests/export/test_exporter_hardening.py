@@ -242,3 +242,14 @@ def test_client_certificates_required_and_verified(store, certificate, tmp_path)
             _get(url, verify=str(cert))
         response = _get(url, verify=str(cert), cert=(str(client_cert), str(client_key)))
         assert response.status_code == 200 and "sglang_advisor_" in response.text
+
+
+def test_full_exposition_is_promtool_clean(store):
+    """Everything /metrics serves (per-server families, build info, step histogram, process metrics)."""
+    from prom_harness import run_promtool
+
+    store.observe_step("cycle", 0.5)
+    with ExporterServer(store, "127.0.0.1", 0) as exporter:
+        text = _get(f"{exporter.url}/metrics").text
+    result = run_promtool("check", "metrics", stdin=text)
+    assert result.returncode == 0, result.stdout + result.stderr
