@@ -515,13 +515,24 @@ def daemon_metric_names() -> list[str]:
     return [metric_name("build_info"), metric_name("cycle_step_duration_seconds_bucket")]
 
 
+def _register_daemon_metrics(registry: CollectorRegistry, store: SnapshotStore) -> None:
+    registry.register(BuildInfoCollector())
+    registry.register(store.step_durations)
+    ProcessCollector(registry=registry)
+
+
 def build_registry(store: SnapshotStore, *, daemon_metrics: bool = True) -> CollectorRegistry:
     """Our own registry (never the global one): the per-server advisor collector and, with
     `daemon_metrics`, build info, the cycle-step histogram and the standard process_* metrics."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(AdvisorCollector(store))
     if daemon_metrics:
-        registry.register(BuildInfoCollector())
-        registry.register(store.step_durations)
-        ProcessCollector(registry=registry)
+        _register_daemon_metrics(registry, store)
+    return registry
+
+
+def build_daemon_registry(store: SnapshotStore) -> CollectorRegistry:
+    """Only the advisor process's own metrics (no per-server families)."""
+    registry = CollectorRegistry(auto_describe=False)
+    _register_daemon_metrics(registry, store)
     return registry

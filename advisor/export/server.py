@@ -17,12 +17,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, quote, urlsplit
 
-from prometheus_client.exposition import _bake_output
 from prometheus_client.registry import CollectorRegistry
 
 from advisor import __version__
 from advisor.errors import InputError
 from advisor.export.collector import SnapshotStore, build_registry
+from advisor.export.exposition import MetricsRenderer, bake_registry
 from advisor.export.svg import concurrency_chart, context_chart, history_chart
 from advisor.export.webconfig import WebConfig
 from advisor.status import TargetStatus
@@ -167,11 +167,12 @@ class _Handler(BaseHTTPRequestHandler):
                 status, content_type, body = 401, "text/plain; charset=utf-8", b"Unauthorized\n"
                 headers.append(("WWW-Authenticate", 'Basic realm="sglang-pool-advisor"'))
             elif path == "/metrics":
-                status_line, baked_headers, body = _bake_output(
-                    self.server.registry, self.headers.get("Accept", ""), self.headers.get("Accept-Encoding", ""),
-                    parse_qs(url.query), False,
-                )
-                status = int(status_line.split()[0])
+                accept, encoding = self.headers.get("Accept", ""), self.headers.get("Accept-Encoding", "")
+                if self.server.renderer is not None:
+                    baked_headers, body = self.server.renderer.render(accept, encoding, parse_qs(url.query))
+                else:
+                    baked_headers, body = bake_registry(self.server.registry, accept, encoding, parse_qs(url.query))
+                status = 200
                 content_type = dict(baked_headers)["Content-Type"]
                 headers.extend((name, value) for name, value in baked_headers if name != "Content-Type")
             elif path == "/healthz":
@@ -219,9 +220,11 @@ class _AdvisorHTTPServer(ThreadingHTTPServer):
     request_queue_size = LISTEN_BACKLOG
 
     def __init__(self, address: tuple[str, int], store: SnapshotStore, registry: CollectorRegistry,
-                 web_config: WebConfig, connection_timeout: float, healthz_stale_after: float | None) -> None:
+                 web_config: WebConfig, connection_timeout: float, healthz_stale_after: float | None,
+                 renderer: MetricsRenderer | None = None) -> None:
         self.store = store
         self.registry = registry
+        self.renderer = renderer
         self.web_config = web_config
         self.connection_timeout = connection_timeout
         self.healthz_stale_after = healthz_stale_after
@@ -266,6 +269,8 @@ class ExporterServer:
             raise InputError(f"exporter connection timeout must be > 0 seconds, got {connection_timeout!r}")
         self.store = store
         self.host = host
+        # our own registries get the cached renderer; a caller's registry is exposed as it is, uncached
+        self.renderer = MetricsRenderer(store) if registry is None else None
         self.registry = registry if registry is not None else build_registry(store)
         self.web_config = web_config or WebConfig()
         self.connection_timeout = float(connection_timeout)
@@ -279,7 +284,8 @@ class ExporterServer:
             return self
         try:
             httpd = _AdvisorHTTPServer((self.host, self._requested_port), self.store, self.registry,
-                                       self.web_config, self.connection_timeout, self.healthz_stale_after)
+                                       self.web_config, self.connection_timeout, self.healthz_stale_after,
+                                       self.renderer)
         except OSError as exc:
             raise InputError(
                 f"cannot listen on {self.host}:{self._requested_port}: {exc.strerror or exc}"
