@@ -11,7 +11,7 @@ import sys
 
 import requests
 from hostile_servers import HostileServer, respond, trickle_headers
-from support import METRICS, free_loopback_port, wait_for
+from support import LOGS, METRICS, free_loopback_port, wait_for
 
 from advisor.cli import main
 from advisor.config import config_from_dict
@@ -26,18 +26,18 @@ def test_trickling_target_is_abandoned_counted_and_shown_while_a_healthy_one_kee
     with HostileServer(routes) as server:
         advisor = Advisor(config_from_dict({
             "targets": [{"name": "slow", "url": server.base_url + "/slow"}, {"name": "ok", "url": server.base_url + "/ok"}],
-            "interval_seconds": 1.0, "timeout_seconds": 0.6,
+            "interval_seconds": 1.0, "timeout_seconds": 0.9,
         }, {}))
         try:
-            for _ in range(3):
-                advisor.run_cycle(timeout=0.3)
+            for _ in range(3):  # the slow target's cycle needs >= 1.8 s (two requests, each to its deadline)
+                advisor.run_cycle(timeout=0.7)
             healthy, slow = advisor.pipelines[1], advisor.pipelines[0]
             assert healthy.cycles == 3  # never skipped, never waited for the slow one
             assert advisor.latest["ok"].up
             shown = advisor.latest["slow"]
             assert not shown.up and shown.scrape_errors_total["deadline"] >= 1
             assert any("deadline" in error for error in shown.last_errors)
-            # its own cycles end by the HTTP deadline (0.6 s per request), so it is never stuck for good
+            # its own cycles end by the HTTP deadline (0.9 s per request), so it is never stuck for good
             wait_for(lambda: advisor._busy["slow"].done() or None, 10, what="the slow target's cycle to end")
             assert slow.errors_total["metrics"] >= 1
         finally:
@@ -93,3 +93,26 @@ def test_run_once_never_shows_the_password(capsys) -> None:
         out2, err2 = capsys.readouterr()
     for text in (out, err, out2, err2):
         assert PASSWORD not in text and "admin:" not in text
+
+
+def test_bad_request_log_lines_are_skipped_and_counted_under_logs(tmp_path) -> None:
+    good = [line for line in (LOGS / "requests-json.log").read_text().splitlines() if line.strip()][:20]
+    head = good[0].split("] ", 1)[0] + "] "
+    bad = [
+        head + good[0].split("] ", 1)[1].replace('"prompt_tokens": 1194', '"prompt_tokens": Infinity'),
+        head + good[0].split("] ", 1)[1].replace('"prompt_tokens": 1194', '"prompt_tokens": 1e400'),
+        head + '{"event": "request.finished", "out": ' + "[" * 5000 + "]" * 5000 + "}",
+    ]
+    log = tmp_path / "requests.log"
+    log.write_text("\n".join(good[:10] + bad + good[10:]) + "\n")
+    with HostileServer({"/": respond(lambda n: GENUINE)}) as server:
+        advisor = Advisor(config_from_dict({"targets": [{"name": "t", "url": server.base_url, "log_paths": [str(log)]}],
+                                            "interval_seconds": 5.0, "timeout_seconds": 2.0}, {}))
+        try:
+            status = advisor.run_cycle()[0]
+            report = advisor.reports["t"]
+        finally:
+            advisor.close()
+    assert report.request_records == len(good)  # every good line kept, before and after the bad ones
+    assert status.scrape_errors_total["logs"] >= 1
+    assert status.scrape_errors_total["internal"] == 0 and status.scrape_errors_total["metrics"] == 0
