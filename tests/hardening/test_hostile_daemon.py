@@ -29,14 +29,15 @@ def test_trickling_target_is_abandoned_counted_and_shown_while_a_healthy_one_kee
             "interval_seconds": 1.0, "timeout_seconds": 0.9,
         }, {}))
         try:
-            for _ in range(3):  # the slow target's cycle needs >= 1.8 s (two requests, each to its deadline)
+            advisor.run_cycle(timeout=0.7)  # the slow target's cycle needs >= 1.8 s (two requests to their deadline)
+            shown = advisor.latest["slow"]  # shown at once, down, with the reason
+            assert not shown.up and shown.scrape_errors_total["deadline"] == 1
+            assert any("deadline" in error for error in shown.last_errors)
+            for _ in range(2):
                 advisor.run_cycle(timeout=0.7)
             healthy, slow = advisor.pipelines[1], advisor.pipelines[0]
             assert healthy.cycles == 3  # never skipped, never waited for the slow one
             assert advisor.latest["ok"].up
-            shown = advisor.latest["slow"]
-            assert not shown.up and shown.scrape_errors_total["deadline"] >= 1
-            assert any("deadline" in error for error in shown.last_errors)
             # its own cycles end by the HTTP deadline (0.9 s per request), so it is never stuck for good
             wait_for(lambda: advisor._busy["slow"].done() or None, 10, what="the slow target's cycle to end")
             assert slow.errors_total["metrics"] >= 1
