@@ -3,12 +3,15 @@
 Copes with a file that appears later, rotation (inode change: the old file is drained first), truncation
 (size below our offset: start again at 0), a partial last line (held until its newline arrives) and
 overlong lines (cut at `max_line_bytes`, the rest skipped). `state()`/`restore()` checkpoint the position.
+A path that is not a regular file (a FIFO, a device) is an OSError: reading it would block or never end.
 """
 
 from __future__ import annotations
 
+import errno
 import io
 import os
+import stat
 from typing import Any
 
 _READ_CHUNK = 1 << 20
@@ -95,7 +98,11 @@ class LogFollower:
                 lines.append(self._decode(self._pending))  # the writer has moved on: its last line is whole
             self.close()
             self.rotations += 1
-            if self._open():
+            try:
+                opened = self._open()
+            except OSError:  # the new file is not a regular file: keep what was read, raise on the next call
+                return lines
+            if opened:
                 self._drain(lines, budget)
         return lines
 
@@ -107,6 +114,13 @@ class LogFollower:
         return (info.st_dev, info.st_ino)
 
     def _open(self) -> bool:
+        try:
+            mode = os.stat(self.path).st_mode
+        except OSError:
+            self._first_look = False
+            return False
+        if not stat.S_ISREG(mode):  # opening a FIFO blocks until a writer comes; a device never ends
+            raise OSError(errno.EINVAL, f"not a regular file: {self.path}")
         try:
             handle = io.FileIO(self.path, "rb")
         except OSError:
