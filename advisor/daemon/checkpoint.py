@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import tempfile
 import time
 from pathlib import Path
@@ -78,6 +79,8 @@ def read_checkpoint(
     target = Path(path)
     remove_stale_temp_files(target)
     try:
+        if not stat.S_ISREG(os.stat(target).st_mode):  # a FIFO would block the start, a device never end
+            return None, f"cannot read checkpoint {target}: not a regular file"
         with open(target, "rb") as handle:
             raw = handle.read(max_bytes + 1)
     except FileNotFoundError:

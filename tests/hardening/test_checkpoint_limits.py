@@ -63,3 +63,10 @@ def test_checkpoint_with_wrong_shapes_starts_cold(tmp_path) -> None:
             assert advisor.pipelines[0].restored is False
         finally:
             advisor.close()
+
+
+def test_checkpoint_path_that_is_a_fifo_does_not_block(tmp_path) -> None:
+    fifo = tmp_path / "state.json"
+    os.mkfifo(fifo)
+    state, problem = read_checkpoint(fifo)
+    assert state is None and problem is not None and "not a regular file" in problem
