@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import math
 import os
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -270,6 +271,8 @@ def load_config(path: str | Path | None) -> dict[str, Any]:
     if path is None:
         return {}
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would block, a device never end
+            raise InputError(f"advisor config {path} is not a regular file")
         with open(path, "rb") as handle:
             raw = handle.read(MAX_CONFIG_BYTES + 1)
     except OSError as exc:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from advisor.cli import main
@@ -81,6 +83,10 @@ def test_hostile_files(tmp_path) -> None:
     binary.write_bytes(b"targets: [\xff\xfe]\n")
     with pytest.raises(InputError, match="not UTF-8"):
         load_config(binary)
+    fifo = tmp_path / "fifo.yaml"
+    os.mkfifo(fifo)
+    with pytest.raises(InputError, match="not a regular file"):
+        load_config(fifo)
     deep = tmp_path / "deep.yaml"
     deep.write_text("targets: " + "[" * 50_000 + "]" * 50_000 + "\n")
     with pytest.raises(InputError):
