@@ -44,8 +44,14 @@ if ! buildah inspect --type image "$BASE_IMAGE" >/dev/null 2>&1; then
     if [ ! -x "$CACHE/rootfs/usr/bin/python3" ]; then
         mkdir -p "$CACHE"
         rm -rf "$CACHE/rootfs"
-        debootstrap --variant=minbase --include=python3,python3-venv bookworm "$CACHE/rootfs" \
-            http://deb.debian.org/debian >"$CACHE/debootstrap.log" 2>&1 \
+        # the same Debian mirror and release this machine's apt uses (no other source is reachable)
+        suite=$(. /etc/os-release && echo "${VERSION_CODENAME:-bookworm}")
+        mirror=$(sed -n 's/^URIs:[[:space:]]*\([^[:space:]]*\).*/\1/p' /etc/apt/sources.list.d/*.sources 2>/dev/null \
+                 | grep -v security | head -1)
+        [ -n "$mirror" ] || mirror=$(awk '$1 == "deb" && $2 !~ /security/ {print $2; exit}' /etc/apt/sources.list 2>/dev/null)
+        [ -n "$mirror" ] || { echo "kit: no Debian mirror found in apt's sources"; exit 1; }
+        debootstrap --variant=minbase --include=python3,python3-venv "$suite" "$CACHE/rootfs" \
+            "$mirror" >"$CACHE/debootstrap.log" 2>&1 \
             || { tail -20 "$CACHE/debootstrap.log"; exit 1; }
         rm -rf "$CACHE/rootfs/var/cache/apt/archives/"*.deb "$CACHE/rootfs/var/lib/apt/lists/"*
     fi
