@@ -260,8 +260,8 @@ _GAUGES: tuple[tuple[str, str, StatusField], ...] = (
     ),
     (
         "effective_context_length_tokens",
-        "Context length the KV pool effectively sees per running request (length-biased, with the "
-        "decode reservation), in tokens.",
+        "Context length the KV pool effectively sees per running request (residence-weighted final context: "
+        "a request holds KV for as long as it decodes), in tokens.",
         lambda s: s.workload.effective_context_length,
     ),
     (
