@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -130,7 +131,7 @@ class EmulatedServer:
         self._clock = clock or SystemClock()  # a ManualClock makes the simulation move only when a test says so
         self._stopping = threading.Event()
         self._fault = "none"
-        self._httpd: ThreadingHTTPServer | None = None
+        self._httpd: _TrackingHTTPServer | None = None
         self._threads: list[threading.Thread] = []
         self._log_file: IO[str] | None = None
         self._request_log_file: IO[str] | None = None
@@ -173,7 +174,7 @@ class EmulatedServer:
             return self
         self._stopping.clear()
         handler = _make_handler(self)
-        self._httpd = ThreadingHTTPServer((self._host, self._requested_port), handler)
+        self._httpd = _TrackingHTTPServer((self._host, self._requested_port), handler)
         self._httpd.daemon_threads = True
         self._httpd.block_on_close = False  # type: ignore[attr-defined]
         if self._log_path:
@@ -201,6 +202,7 @@ class EmulatedServer:
         self._stopping.set()
         if self._httpd is not None:
             self._httpd.shutdown()
+            self._httpd.close_connections()  # keep-alive clients (a Prometheus) must see the server gone
             self._httpd.server_close()
         for thread in self._threads:
             thread.join(timeout=5)
@@ -753,6 +755,34 @@ def loads_prometheus(entries: list[dict[str, Any]]) -> str:
 
 
 # ---------------------------------------------------------------------- HTTP
+
+
+class _TrackingHTTPServer(ThreadingHTTPServer):
+    """Remembers open connections so that stop() can close keep-alive ones (shutdown() only stops accepting)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._open: set[socket.socket] = set()
+        self._open_lock = threading.Lock()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._open_lock:
+            self._open.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._open_lock:
+            self._open.discard(request)
+        super().shutdown_request(request)
+
+    def close_connections(self) -> None:
+        with self._open_lock:
+            open_now = list(self._open)
+        for conn in open_now:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
 
 def _make_handler(emulator: EmulatedServer) -> type[BaseHTTPRequestHandler]:

@@ -411,3 +411,14 @@ def test_server_info_reports_logical_tokens_under_dcp_and_the_reader_recovers_ph
     assert config.serving.dcp_size == 8
     assert body["internal_states"][0]["memory_usage"]["token_capacity"] == rows * 8
     assert parse_server_info(body).shards[0].kv_capacity_physical_tokens == rows
+
+
+def test_stop_closes_keep_alive_connections():
+    """A client holding a keep-alive connection (as Prometheus does) sees a stopped server go away."""
+    session = requests.Session()
+    emu = emulated(load_server_config("default"), workload(CHAT), speed=SPEED).start()
+    url = emu.url
+    assert session.get(url + "/health", timeout=5).status_code == 200  # the connection stays open
+    emu.stop()
+    with pytest.raises(requests.exceptions.ConnectionError):
+        session.get(url + "/health", timeout=5)
