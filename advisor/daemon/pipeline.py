@@ -12,7 +12,7 @@ from typing import Any
 
 from advisor.config import AdvisorConfig, TargetConfig
 from advisor.errors import InputError
-from advisor.estimate.deltas import ObservationDelta, diff_counters
+from advisor.estimate.deltas import CounterTracker, ObservationDelta
 from advisor.estimate.workload import EstimatorSettings, WorkloadEstimator
 from advisor.feeder import (
     ByteOverrides,
@@ -29,7 +29,7 @@ from advisor.sources.bootlog import BootInfo, read_boot_log
 from advisor.sources.follow import LogFollower
 from advisor.sources.http import HttpClient
 from advisor.sources.loglines import LogLineParser, digest
-from advisor.sources.metrics import MetricsObservation
+from advisor.sources.metrics import MetricsLimits, MetricsObservation
 from advisor.sources.scrape import scrape_metrics, scrape_server_info
 from advisor.sources.server_info import ServerInfo
 from advisor.status import TargetStatus
@@ -55,11 +55,14 @@ class TargetPipeline:
     def __init__(self, target: TargetConfig, config: AdvisorConfig) -> None:
         self.target = target
         self.config = config
-        self.client = HttpClient(timeout_seconds=config.timeout_seconds, api_key=target.api_key)
+        self.client = HttpClient(timeout_seconds=config.timeout_seconds, api_key=target.api_key,
+                                 max_body_bytes=config.max_body_bytes)
+        self.metrics_limits = MetricsLimits(config.max_line_bytes, config.max_labels_per_series, config.max_series)
+        self.counters = CounterTracker()  # honest deltas across restarts and a URL flipping between servers
         self.estimator_settings = EstimatorSettings(half_life_seconds=config.half_life_seconds)
         self.recommender_settings = RecommenderSettings(state_bias=config.state_bias)
         self.estimator = WorkloadEstimator(self.estimator_settings)
-        self.followers = [LogFollower(path) for path in target.log_paths]
+        self.followers = [LogFollower(path, max_line_bytes=config.max_line_bytes) for path in target.log_paths]
         self.log_parser = LogLineParser()
         self.previous: MetricsObservation | None = None
         self.server_info: ServerInfo | None = None
@@ -147,12 +150,20 @@ class TargetPipeline:
     def _read_logs(self, now: float, report: CycleReport) -> None:
         lengths: list[tuple[int, int]] = []
         for follower in self.followers:
+            cut = follower.cut_lines
             try:
                 lines = follower.read_lines()
             except OSError as exc:
                 self._error("logs", f"{follower.path}: {exc.strerror or exc}")
                 continue
+            if follower.cut_lines > cut:
+                self._error("logs", f"{follower.path}: {follower.cut_lines - cut} line(s) longer than "
+                                    f"max_line_bytes={follower.max_line_bytes} cut")
             found = digest(self.log_parser.feed(lines), source=follower.path)
+            # request-log lines (JSON `request.finished`) that gave no record: skipped, counted, the rest kept
+            bad = sum(1 for line in lines if '"request.finished"' in line) - len(found.request_lengths)
+            if bad > 0:
+                self._error("logs", f"{follower.path}: {bad} unreadable request-log line(s) skipped")
             lengths.extend(found.request_lengths)
             report.log_retractions += found.retracted_requests
             for error in found.errors:
@@ -166,7 +177,7 @@ class TargetPipeline:
 
     def fetch_metrics(self) -> tuple[MetricsObservation | None, str | None]:
         """This cycle's observation (a store-fed pipeline overrides this and `fetch_server_info`)."""
-        return scrape_metrics(self.client, self.target.url)
+        return scrape_metrics(self.client, self.target.url, self.metrics_limits)
 
     def fetch_server_info(self) -> tuple[ServerInfo | None, str | None]:
         return scrape_server_info(self.client, self.target.url)
@@ -176,7 +187,7 @@ class TargetPipeline:
         if observation is None:
             self._error("metrics", error or "no observation")
             return False
-        delta = diff_counters(self.previous, observation, interval_seconds=None)
+        delta = self.counters.diff(observation, now=now)
         report.metrics, report.delta = observation, delta
         first = self.previous is None
         self.previous = observation
@@ -250,6 +261,9 @@ class TargetPipeline:
             recommendation=rec,
             scrape_errors_total=dict(self.errors_total),
             last_errors=list(self.last_errors),
+            restarts_total=self.counters.restarts_total,
+            last_restart_timestamp=self.counters.last_restart_timestamp,
+            last_restart_reason=self.counters.last_restart_reason,
         )
 
     def close(self) -> None:
