@@ -8,14 +8,13 @@ import re
 import time
 from collections.abc import Iterator
 from dataclasses import replace
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from threading import Thread
 
 import pytest
 import yaml
 from export_samples import LIVE_RATIO, RECOMMENDED_RATIO, drifted_status
 from prom_harness import PrometheusServer, wait_for
 from promql_refs import ALERTS, SGLANG_FIXTURES, concrete, dashboard_exprs, load_dashboard
+from support import LoopbackServer
 
 from advisor.export.collector import SnapshotStore
 from advisor.export.server import ExporterServer
@@ -24,35 +23,12 @@ FIXTURE = SGLANG_FIXTURES / "sglang-0.5.23-single.prom"
 SHORT_FOR = "2s"
 
 
-class _FixtureHandler(BaseHTTPRequestHandler):
-    body = b""
-
-    def do_GET(self) -> None:  # noqa: N802
-        self.send_response(200 if self.path.startswith("/metrics") else 404)
-        self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-        self.send_header("Content-Length", str(len(self.body)))
-        self.end_headers()
-        self.wfile.write(self.body)
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 @pytest.fixture
 def fake_sglang() -> Iterator[str]:
     """host:port of a loopback server whose /metrics is the genuine single-GPU SGLang fixture."""
-    if not FIXTURE.exists():
-        pytest.skip(f"SGLang fixture {FIXTURE} not available")
-    handler = type("FixtureHandler", (_FixtureHandler,), {"body": FIXTURE.read_bytes()})
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
-    thread.start()
-    try:
-        yield f"127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join(timeout=5)
+    body = FIXTURE.read_bytes()
+    with LoopbackServer({"/metrics": (200, "text/plain; version=0.0.4; charset=utf-8", body, 0.0)}) as server:
+        yield server.base_url.removeprefix("http://")
 
 
 def shortened_rules() -> str:
