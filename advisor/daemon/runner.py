@@ -182,14 +182,15 @@ class Advisor:
         budget = timeout if timeout is not None else self.config.interval_seconds
         cycle_started = time.monotonic()
         deadline = cycle_started + budget
-        for pipeline in self.pipelines:
-            self._start(pipeline.target.name, partial(self._run_one, pipeline))
-        for fleet in self.fleets:
-            self._start(f"store:{fleet.store.name}", partial(self._run_fleet, fleet))
+        started = [self._start(pipeline.target.name, partial(self._run_one, pipeline)) for pipeline in self.pipelines]
+        started += [self._start(f"store:{fleet.store.name}", partial(self._run_fleet, fleet)) for fleet in self.fleets]
+        # Wait for this cycle's tasks only: one still stuck from an earlier cycle must not make every cycle
+        # last its whole budget (the scheduler would then skip runs and halve the healthy targets' rate).
+        waiting = [task for task in started if task is not None]
         with self._done:
             while not self._stopping.is_set():
                 remaining = deadline - time.monotonic()
-                if remaining <= 0 or all(task.done() for task in self._busy.values()):
+                if remaining <= 0 or all(task.done() for task in waiting):
                     break
                 self._done.wait(remaining)
         self._mark_overruns(budget)

@@ -117,3 +117,22 @@ def test_bad_request_log_lines_are_skipped_and_counted_under_logs(tmp_path) -> N
     assert report.request_records == len(good)  # every good line kept, before and after the bad ones
     assert status.scrape_errors_total["logs"] >= 1
     assert status.scrape_errors_total["internal"] == 0 and status.scrape_errors_total["metrics"] == 0
+
+
+def test_a_target_stuck_from_an_earlier_cycle_does_not_stretch_later_cycles() -> None:
+    # The slow target trickles for 60 s under a 20 s HTTP deadline: its cycle lasts ~40 s. A later cycle with a
+    # 45 s budget must return once the healthy target is done, not when the stuck one ends.
+    routes = {"/slow/": trickle_headers(GENUINE, step=0.05, count=1200), "/ok/": respond(lambda n: GENUINE)}
+    with HostileServer(routes) as server:
+        advisor = Advisor(config_from_dict({
+            "targets": [{"name": "slow", "url": server.base_url + "/slow"}, {"name": "ok", "url": server.base_url + "/ok"}],
+            "interval_seconds": 60.0, "timeout_seconds": 20.0,
+        }, {}))
+        try:
+            advisor.run_cycle(timeout=0.5)
+            advisor.run_cycle(timeout=45.0)
+            assert not advisor._busy["slow"].done()  # returned while the stuck target still runs
+            assert advisor.pipelines[1].cycles == 2 and advisor.latest["ok"].up
+            assert advisor.latest["slow"].scrape_errors_total["deadline"] == 2
+        finally:
+            advisor.close()
