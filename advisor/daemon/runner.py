@@ -24,6 +24,7 @@ from advisor.export.collector import SnapshotStore
 from advisor.status import TargetStatus
 
 log = logging.getLogger("pool_advisor")
+CYCLE_BUDGET_SHARE = 0.9  # of interval_seconds: how long a cycle waits for its targets
 
 
 class Advisor:
@@ -176,10 +177,12 @@ class Advisor:
         return task
 
     def run_cycle(self, timeout: float | None = None) -> list[TargetStatus]:
-        """One cycle over all targets, within `timeout` (default: the interval). A target still busy then (from
+        """One cycle over all targets, within `timeout` (default: 90% of the interval). A target still busy then (from
         this cycle or an earlier one) is abandoned for this cycle: counted under source=deadline and shown as
         down with the reason; the others are not delayed and keep their rate."""
-        budget = timeout if timeout is not None else self.config.interval_seconds
+        # Default: most of the interval, leaving time to publish and checkpoint before the next run is due
+        # (a job still running then makes APScheduler skip that run: every target's rate would halve).
+        budget = timeout if timeout is not None else CYCLE_BUDGET_SHARE * self.config.interval_seconds
         cycle_started = time.monotonic()
         deadline = cycle_started + budget
         started = [self._start(pipeline.target.name, partial(self._run_one, pipeline)) for pipeline in self.pipelines]
