@@ -13,8 +13,22 @@ from advisor.commands import recommend_store
 from advisor.errors import InputError
 from advisor.model.advice import MemoryFacts, advise
 from advisor.model.pools import GIB, ByteConstants, kv_capacity_requests, split_pools
-from advisor.model.serving import STRATEGIES, ServingConfig, slots_per_request
+from advisor.model.serving import (
+    STRATEGIES,
+    ServingConfig,
+    extra_buffer_capable,
+    replayssm_active,
+    slots_per_request,
+    spec_enabled,
+)
+from advisor.model.state_shapes import (
+    eagle_draft_kv_bytes_per_token,
+    linear_family_of,
+    model_bytes,
+    replayssm_ring_bytes_per_request,
+)
 from advisor.sources.bootlog import BootInfo, read_boot_log
+from advisor.sources.hf_config import load_hf_config
 from advisor.sources.server_info import serving_config_from_args
 
 
@@ -110,7 +124,6 @@ def _serving_config(args: argparse.Namespace, boot: BootInfo | None) -> ServingC
         "disable_radix_cache": args.disable_radix_cache,
         "disable_overlap_schedule": args.disable_overlap_schedule,
         "pp_size": args.pp_size,
-        "skip_decode_lock": args.skip_decode_lock,
         "draft_tokens": args.draft_tokens,
         "replayssm": args.replayssm,
         "dcp_size": args.dcp_size,
@@ -122,7 +135,26 @@ def _serving_config(args: argparse.Namespace, boot: BootInfo | None) -> ServingC
     fields = {k: v for k, v in overrides.items() if v is not None}
     if fields.get("draft_tokens") and not (base.speculative_algorithm or fields.get("speculative_algorithm")):
         fields["speculative_algorithm"] = "EAGLE"
-    return replace(base, **fields)
+    config = replace(base, **fields)
+    if args.skip_decode_lock is not None:
+        config = config.with_skip_decode_lock(args.skip_decode_lock)  # said by the operator, not assumed
+    if args.model_config is not None:
+        config = _with_architecture(config, load_hf_config(args.model_config))
+    return config
+
+
+def _with_architecture(config: ServingConfig, hf: dict[str, Any]) -> ServingConfig:
+    """What the model's architecture decides: whether `auto` may pick extra_buffer (LFM2 may not) and the
+    linear-attention family (ReplaySSM acts on GDN/KDA only)."""
+    architectures = hf.get("architectures")
+    architecture = architectures[0] if isinstance(architectures, list) and architectures and isinstance(architectures[0], str) else None
+    if architecture is None:
+        return config
+    return replace(
+        config,
+        supports_extra_buffer=config.supports_extra_buffer and extra_buffer_capable(architecture),
+        linear_family=config.linear_family or linear_family_of(architecture),
+    )
 
 
 def _constants(args: argparse.Namespace, boot: BootInfo | None, config: ServingConfig) -> ByteConstants:
@@ -141,17 +173,28 @@ def _constants(args: argparse.Namespace, boot: BootInfo | None, config: ServingC
         return ByteConstants(args.state_bytes_per_slot, args.kv_bytes_per_token)
     if boot is not None:
         return boot.constants()
-    from advisor.model.state_shapes import model_bytes
-    from advisor.sources.hf_config import load_hf_config
-
     hf = load_hf_config(args.model_config)
+    tp_size = args.tp_size or config.tp_size
     derived = model_bytes(
         hf,
-        tp_size=args.tp_size or config.tp_size,
+        tp_size=tp_size,
         ssm_dtype=args.ssm_dtype or config.mamba_ssm_dtype,
         kv_dtype=args.kv_dtype or config.kv_cache_dtype,
+        dcp_size=config.dcp_size,
+        pp_size=config.pp_size,
     )
-    return ByteConstants(float(derived.state_bytes_per_slot), float(derived.kv_bytes_per_token))
+    draft_kv = 0.0
+    if spec_enabled(config):
+        # EAGLE/MTP: the draft's KV rides in each row's cell; its layers are the model's MTP layers (else one)
+        draft_layers = hf.get("num_nextn_predict_layers") or hf.get("mtp_num_hidden_layers") or 1
+        draft_kv = float(eagle_draft_kv_bytes_per_token(derived, int(draft_layers)))
+    ring = 0.0
+    if replayssm_active(config):
+        ring = float(replayssm_ring_bytes_per_request(hf, tp_size=tp_size))
+    return ByteConstants(
+        float(derived.state_bytes_per_slot), float(derived.kv_bytes_per_token),
+        draft_kv_bytes_per_token=draft_kv, replayssm_ring_bytes_per_request=ring,
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -3,11 +3,10 @@
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from support import LOGS, TESTS
 
-LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
 REQUIRED_KEYS = {
     "ratio", "token_equiv", "slots_per_request", "draft_tokens", "dcp_size", "state_bytes_per_slot",
     "kv_bytes_per_token", "predicted_max_running_requests", "kv_capacity_requests", "binding_pool",
@@ -59,3 +58,39 @@ def test_garbled_boot_log(tmp_path):
     proc = run_cli("--boot-log", str(garbled), "-L", "9216")
     assert proc.returncode == 2
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+QWEN3_NEXT = TESTS / "model" / "data" / "hf_configs" / "Qwen3-Next-80B-A3B-Instruct.json"
+
+
+def _json(*args):
+    proc = run_cli(*args, "--json")
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_model_config_under_dcp_prices_kv_heads_per_rank():
+    # Qwen3-Next has 2 KV heads: at TP8 each rank holds max(1, 2 // 8) = 1 head; under DCP 8 the heads are split
+    # over tp // dcp = 1 rank, so each holds both: twice the bytes per physical row, a DCP gain of 4, not 8
+    base = ["--model-config", str(QWEN3_NEXT), "--tp-size", "8", "-L", "9216", "--strategy", "extra_buffer_lazy"]
+    plain = _json(*base)
+    dcp = _json(*base, "--dcp-size", "8")
+    assert dcp["kv_bytes_per_token"] == pytest.approx(2 * plain["kv_bytes_per_token"])
+    assert dcp["ratio"] == pytest.approx(plain["ratio"] * 8 / 2)
+
+
+def test_model_config_under_spec_prices_the_draft_kv_in_the_cell():
+    base = ["--model-config", str(QWEN3_NEXT), "--tp-size", "8", "-L", "9216", "--strategy", "extra_buffer_lazy"]
+    plain = _json(*base)
+    spec = _json(*base, "--draft-tokens", "4")
+    assert spec["kv_bytes_per_token"] == pytest.approx(plain["kv_bytes_per_token"])
+    assert not any("draft model's KV is unknown" in note for note in spec["notes"])
+
+
+def test_a_given_decode_lock_skip_is_not_called_assumed():
+    base = ["--boot-log", str(LOGS / "boot-tp8-default.log"), "-L", "9216", "--strategy", "extra_buffer_lazy"]
+    assumed = _json(*base)
+    told = _json(*base, "--skip-decode-lock")
+    assert told["slots_per_request"] == assumed["slots_per_request"] - 1
+    assert any("assumed off" in note for note in assumed["notes"])
+    assert not any("assumed" in note for note in told["notes"])
