@@ -13,6 +13,7 @@ from typing import Any
 
 from advisor.errors import InputError
 from advisor.estimate.history import DEFAULT_SERVER_LABELS
+from advisor.sources.http import redact_url
 from advisor.sources.prometheus_store import StoreAuth, parse_duration, selector_matchers
 
 DEFAULT_HISTORY_SECONDS = 6 * 3600.0  # six half-lives of the default estimator: older history weighs < 2%
@@ -72,9 +73,10 @@ def store_target_from_dict(raw: Mapping[str, Any], where: str, env: Mapping[str,
             raise InputError(f"unknown field '{key}' in {where}{hint}")
     url = raw.get("url")
     if not isinstance(url, str) or not url.startswith(("http://", "https://")):
-        raise InputError(f"field '{where}.url' must be the store's http(s) URL, got {url!r}")
+        raise InputError(f"field '{where}.url' must be the store's http(s) URL, got {redact_url(str(url))!r}")
     values: dict[str, Any] = {"url": url.rstrip("/")}
-    values["name"] = str(raw.get("name") or url.split("://", 1)[1].rstrip("/"))
+    # the name is shown everywhere (label, /status, logs): never with the URL's user:password@
+    values["name"] = str(raw.get("name") or redact_url(url).split("://", 1)[1].rstrip("/"))
     selector = raw.get("selector") or ""
     try:
         selector_matchers(str(selector))

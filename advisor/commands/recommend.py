@@ -11,6 +11,7 @@ from typing import Any
 
 from advisor.commands import recommend_store
 from advisor.errors import InputError
+from advisor.json_output import finite_or_none
 from advisor.model.advice import MemoryFacts, advise
 from advisor.model.pools import GIB, ByteConstants, kv_capacity_requests, split_pools
 from advisor.model.serving import (
@@ -97,17 +98,6 @@ def _check_boot(boot: BootInfo, constants: ByteConstants, rest: float | None) ->
     mfs = boot.server_args.get("mem_fraction_static") if isinstance(boot.server_args, dict) else None
     if isinstance(mfs, (int, float)) and not isinstance(mfs, bool):
         _in_range(float(mfs), "the boot log's mem_fraction_static", 1e-3, 1.0, "")
-
-
-def finite_or_none(value: Any) -> Any:
-    """`value` with every non-finite float replaced by None (JSON has no NaN or Infinity)."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {key: finite_or_none(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [finite_or_none(item) for item in value]
-    return value
 
 
 def _boot_config(boot: BootInfo | None) -> ServingConfig:

@@ -15,6 +15,7 @@ from advisor.daemon.runner import Advisor
 from advisor.errors import InputError
 from advisor.export.server import ExporterServer
 from advisor.export.webconfig import load_web_config
+from advisor.json_output import finite_or_none
 from advisor.status import TargetStatus
 
 
@@ -106,7 +107,8 @@ def run(args: argparse.Namespace) -> int:
         statuses = advisor.run_cycle(timeout=config.timeout_seconds * 3 + 5)
         advisor.close()
         if args.json:
-            print(json.dumps([s.to_dict() for s in statuses], indent=1, default=str))
+            # standard JSON: a non-finite estimate is null, never NaN/Infinity
+            print(json.dumps(finite_or_none([s.to_dict() for s in statuses]), indent=1, default=str, allow_nan=False))
         else:
             print("\n".join(describe(s) for s in statuses))
         return 0 if all(s.up for s in statuses) else 1

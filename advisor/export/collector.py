@@ -432,6 +432,7 @@ class AdvisorCollector:
         yield self._context_length_quantiles(targets)
         yield self._info(targets)
         yield self._scrape_errors(targets)
+        yield self._server_restarts(targets)
 
     @staticmethod
     def _context_length_quantiles(targets: Sequence[TargetStatus]) -> Metric:
@@ -483,6 +484,22 @@ class AdvisorCollector:
                 value = _finite(errors[source])
                 if value is not None:
                     family.add_metric([*_target_labels(status), str(source)], value)
+        return family
+
+
+    @staticmethod
+    def _server_restarts(targets: Sequence[TargetStatus]) -> Metric:
+        family = CounterMetricFamily(
+            metric_name("server_restarts"),
+            "Restarts of this SGLang server the advisor detected since it started (counters reset, series or "
+            "constants changed, or the URL answering for another server); the deltas rebase instead of "
+            "re-adding lifetime totals.",
+            labels=TARGET_LABELS,
+        )
+        for status in targets:
+            value = _finite(status.restarts_total)
+            if value is not None:
+                family.add_metric(list(_target_labels(status)), value)
         return family
 
 

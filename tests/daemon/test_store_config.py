@@ -52,3 +52,10 @@ def test_bad_values_are_named(fields, message):
     with pytest.raises(InputError) as caught:
         config_from_dict(store(**fields), env={})
     assert message in str(caught.value)
+
+
+def test_a_store_url_password_never_reaches_the_name_or_an_error():
+    from advisor.store_config import store_target_from_dict
+
+    target = store_target_from_dict({"kind": "prometheus", "url": "http://admin:hunter2@127.0.0.1:9090"}, "targets[0]", {})
+    assert "hunter2" not in target.name and target.name == "127.0.0.1:9090"

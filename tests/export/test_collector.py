@@ -53,7 +53,7 @@ CONTRACT_NAMES = {
     "sglang_advisor_last_success_timestamp_seconds", "sglang_advisor_info",
     "sglang_advisor_cycle_duration_seconds", "sglang_advisor_scrape_errors_total",
     "sglang_advisor_observed_max_running_requests", "sglang_advisor_kv_blocked_ratio",
-    "sglang_advisor_effective_context_length_tokens",
+    "sglang_advisor_effective_context_length_tokens", "sglang_advisor_server_restarts_total",
 }
 
 
@@ -134,7 +134,8 @@ def test_state_sets_sum_to_one_and_mark_the_current_state(populated):
 def test_a_target_without_recommendation_exports_only_what_it_has(populated):
     rendered = [s for s in samples(render(populated)) if s.labels["server"] == "10.0.0.8:30000"]
     assert {s.name for s in rendered} == {
-        "sglang_advisor_target_up", "sglang_advisor_info", "sglang_advisor_scrape_errors_total"
+        "sglang_advisor_target_up", "sglang_advisor_info", "sglang_advisor_scrape_errors_total",
+        "sglang_advisor_server_restarts_total",
     }
     assert all(s.labels["model_name"] == "" for s in rendered)
 
@@ -231,3 +232,13 @@ def test_concurrent_publish_and_scrape_see_whole_snapshots():
         thread.join()
     assert errors == []
     assert store.snapshot().publishes > 0
+
+
+def test_detected_server_restarts_are_a_counter_per_server():
+    status = drifted_status()
+    status.restarts_total = 3
+    store = SnapshotStore()
+    store.publish([status, unreachable_status()], now=NOW)
+    text = render(store)
+    assert value_of(text, "sglang_advisor_server_restarts_total", server=status.server) == 3
+    assert value_of(text, "sglang_advisor_server_restarts_total", server=unreachable_status().server) == 0
