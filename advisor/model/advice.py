@@ -19,12 +19,11 @@ from advisor.model.pools import (
     split_pools,
 )
 from advisor.model.serving import (
-    SKIP_SOURCE_ASSUMED,
     ServingConfig,
+    assumed_slots_note,
     effective_draft_tokens,
     overlap_enabled,
     resolve_strategy,
-    slots_assumption,
     slots_per_request,
     spec_enabled,
 )
@@ -197,9 +196,9 @@ def advise(
             f"accuracy gate: --mamba-ssm-dtype {config.mamba_ssm_dtype} about halves token_equiv; on SM100+ it also switches "
             "the linear-attention decode backend (pin --linear-attn-decode-backend triton); validate accuracy"
         )
-    assumption = slots_assumption(config)
-    if assumption.source == SKIP_SOURCE_ASSUMED and assumption.slots_if_other != assumption.slots:
-        notes.append(assumption.reason)
+    assumed = assumed_slots_note(config)
+    if assumed:
+        notes.append(assumed)
     if not overlap_enabled(config) and strategy == "no_buffer":
         notes.append("no_buffer runs without the overlap scheduler: lower decode throughput than extra_buffer_lazy")
 

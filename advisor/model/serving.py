@@ -210,6 +210,14 @@ def slots_assumption(config: ServingConfig) -> SlotsAssumption:
     return SlotsAssumption(slots, config.skip_decode_lock, config.skip_decode_lock_source, other, reason)
 
 
+def assumed_slots_note(config: ServingConfig) -> str | None:
+    """The sentence to show when S rests on an assumption that would change it (the skip flag not visible)."""
+    assumption = slots_assumption(config)
+    if assumption.source == SKIP_SOURCE_ASSUMED and assumption.slots_if_other != assumption.slots:
+        return assumption.reason
+    return None
+
+
 def replayssm_active(config: ServingConfig) -> bool:
     """ReplaySSM spec-verify takes effect: the flag, spec on, and a GDN/KDA model (or an unknown family)."""
     if not (config.replayssm and spec_enabled(config)):

@@ -23,10 +23,9 @@ from advisor.estimate.summary import WorkloadSummary
 from advisor.model.advice import PIN_REASONS, MemoryFacts, flag_line, free_lever
 from advisor.model.pools import ByteConstants, optimal_ratio_for, split_pools
 from advisor.model.serving import (
-    SKIP_SOURCE_ASSUMED,
     ServingConfig,
+    assumed_slots_note,
     effective_draft_tokens,
-    slots_assumption,
     slots_per_request,
 )
 from advisor.recommend.policy import (
@@ -172,9 +171,9 @@ def _recommend(model: ServerModel, picture: WorkloadPicture, settings: Recommend
             f"KV-blocked admission {summary.kv_blocked_ratio or 0:.0%} of the time with an idle state pool, against the "
             "model: nudged r down"
         )
-    assumption = slots_assumption(serving)
-    if assumption.source == SKIP_SOURCE_ASSUMED and assumption.slots_if_other != assumption.slots:
-        notes.append(assumption.reason)
+    assumed = assumed_slots_note(serving)
+    if assumed:
+        notes.append(assumed)
     factor = bias * math.exp(nudge.log_factor)
     base.nudge_evidence = nudge.evidence
     target = r_center * factor
