@@ -13,6 +13,7 @@ import socket
 import ssl
 import sys
 import threading
+from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, quote, urlsplit
@@ -125,7 +126,9 @@ def landing_page(store: SnapshotStore, server: str | None = None) -> str:
     elif len(charted) < len(targets):
         sections = (f"<p>charts for the {len(charted)} servers furthest from their recommendation; "
                     f"click a server for its own.</p>\n" + sections)
-    generated = "never" if snapshot.generated_at is None else f"{snapshot.generated_at:.0f} (unix seconds)"
+    generated = "never" if snapshot.generated_at is None else (
+        datetime.fromtimestamp(snapshot.generated_at, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    )
     return f"""<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>SGLang pool advisor</title>
 <style>body{{font-family:"DejaVu Sans",sans-serif;margin:16px}} table{{border-collapse:collapse}}
