@@ -159,9 +159,10 @@ class TargetPipeline:
             if follower.cut_lines > cut:
                 self._error("logs", f"{follower.path}: {follower.cut_lines - cut} line(s) longer than "
                                     f"max_line_bytes={follower.max_line_bytes} cut")
+            bad_before = self.log_parser.bad_request_lines
             found = digest(self.log_parser.feed(lines), source=follower.path)
-            # request-log lines (JSON `request.finished`) that gave no record: skipped, counted, the rest kept
-            bad = sum(1 for line in lines if '"request.finished"' in line) - len(found.request_lengths)
+            # request-log lines that gave no record (the parser counts them): skipped, counted, the rest kept
+            bad = self.log_parser.bad_request_lines - bad_before
             if bad > 0:
                 self._error("logs", f"{follower.path}: {bad} unreadable request-log line(s) skipped")
             lengths.extend(found.request_lengths)

@@ -608,7 +608,11 @@ def _parse_finish_text(message: str, head: _Head) -> RequestRecord | None:
 
 
 # Outcome codes of _classify.
-_EVENT, _KNOWN, _IGNORED, _UNPARSED = range(4)
+_EVENT, _KNOWN, _IGNORED, _UNPARSED, _BAD_REQUEST = range(5)  # _BAD_REQUEST: a request-log line that gave no record
+
+
+_REQUEST_FINISHED = '"request.finished"'
+_PROMPT_TOKENS = '"prompt_tokens"'
 
 
 def _classify(line: str) -> tuple[LogEvent | None, int, _Head | None, str]:
@@ -633,7 +637,10 @@ def _classify(line: str) -> tuple[LogEvent | None, int, _Head | None, str]:
         record, recognised = _parse_json_message(message, head)
         if record is not None:
             return record, _EVENT, head, message
-        return None, _KNOWN if recognised else _UNPARSED, head, message
+        if recognised:
+            return None, _KNOWN, head, message
+        is_request = _REQUEST_FINISHED in message or _PROMPT_TOKENS in message  # a request log or the export file
+        return None, _BAD_REQUEST if is_request else _UNPARSED, head, message
     if message.startswith(_RETRACT_STARTS):
         event = _parse_retraction(message, head)
         return event, _EVENT if event else _UNPARSED, head, message
@@ -642,7 +649,7 @@ def _classify(line: str) -> tuple[LogEvent | None, int, _Head | None, str]:
             return OomLine(head.time, head.dp_rank, kind, message.strip()), _EVENT, head, message
     if message.startswith("Finish: "):
         record = _parse_finish_text(message, head)
-        return record, _EVENT if record else _UNPARSED, head, message
+        return record, _EVENT if record else _BAD_REQUEST, head, message
     if message.startswith(_UVICORN_LEVELS):
         return None, _IGNORED, head, message
     if message.startswith(_KNOWN_STARTS):
@@ -663,11 +670,13 @@ _BOOT_BLOCK_MAX_LINES = 50_000
 
 class LogLineParser:
     """Feeds lines through `parse_line` and adds what needs memory: TP-deduplicated retractions and boot
-    blocks. Counters: `lines_seen`, `unparsed_lines`, `ignored_lines`, `duplicate_retractions`."""
+    blocks. Counters: `lines_seen`, `unparsed_lines` (of which `bad_request_lines`: request-log lines that gave
+    no record, e.g. Infinity or a cut line), `ignored_lines`, `duplicate_retractions`."""
 
     def __init__(self) -> None:
         self.lines_seen = 0
         self.unparsed_lines = 0
+        self.bad_request_lines = 0
         self.ignored_lines = 0
         self.duplicate_retractions = 0
         self.abandoned_boot_blocks = 0
@@ -693,7 +702,7 @@ class LogLineParser:
     def _feed(self, lines: Iterable[str]) -> list[LogEvent]:
         events: list[LogEvent] = []
         append = events.append
-        seen = unparsed = ignored = 0
+        seen = unparsed = ignored = bad_requests = 0
         for raw in lines:
             seen += 1
             line = raw.rstrip("\r\n")
@@ -711,10 +720,14 @@ class LogLineParser:
                 continue
             elif outcome == _UNPARSED:
                 unparsed += 1
+            elif outcome == _BAD_REQUEST:
+                unparsed += 1
+                bad_requests += 1
             else:
                 ignored += outcome == _IGNORED
         self.lines_seen += seen
         self.unparsed_lines += unparsed
+        self.bad_request_lines += bad_requests
         self.ignored_lines += ignored
         return events
 

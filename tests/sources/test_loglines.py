@@ -347,3 +347,10 @@ def test_a_corrupt_request_line_is_counted_and_the_batch_keeps_its_good_lines(ba
     records = _of(events, RequestRecord)
     assert len(records) == 6 and [r.prompt_tokens for r in records[:3]] == [r.prompt_tokens for r in records[3:]]
     assert parser.unparsed_lines == 1
+    assert parser.bad_request_lines == 1  # the daemon counts these under source="logs"
+
+
+def test_json_that_is_no_request_log_is_unparsed_but_not_a_bad_request_line() -> None:
+    parser = LogLineParser()
+    parser.feed(['[2026-11-29 10:00:00] {"detail": "something else"}'])
+    assert parser.unparsed_lines == 1 and parser.bad_request_lines == 0
