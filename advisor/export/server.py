@@ -26,6 +26,7 @@ from advisor.export.collector import SnapshotStore, build_registry
 from advisor.export.exposition import MetricsRenderer, bake_registry
 from advisor.export.svg import concurrency_chart, context_chart, history_chart
 from advisor.export.webconfig import WebConfig
+from advisor.json_output import finite_or_none
 from advisor.status import TargetStatus
 
 log = logging.getLogger(__name__)
@@ -40,21 +41,10 @@ CONNECTION_TIMEOUT_SECONDS = 10.0
 CHARTED_SERVERS = 12
 
 
-def _json_safe(value: Any) -> Any:
-    """Replace non-finite floats by None so the document is strict JSON."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {str(key): _json_safe(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(item) for item in value]
-    return value
-
-
 def status_document(store: SnapshotStore) -> dict[str, Any]:
     """The /status body: when the snapshot was computed and every target with its reasoning."""
     snapshot = store.snapshot()
-    return _json_safe(
+    return finite_or_none(
         {
             "generated_at": snapshot.generated_at,
             "advisor_version": __version__,
