@@ -6,12 +6,14 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import parse_qs
 
 import pytest
 
@@ -69,14 +71,25 @@ def require_binary(name: str, package: str = "prometheus") -> str:
 Route = tuple[int, str, bytes, float]
 
 
-class LoopbackServer:
-    """A real HTTP server on 127.0.0.1 (ephemeral port) answering GETs from a route table. A route is a fixed
-    answer or a callable of the request headers; a delay is waited on an event that closing the server sets,
-    so a "hanging" route never outlives its test."""
+# A POST answer: (status, body) from the request's path, form fields and headers; status 0 hangs until close.
+PostAnswer = Callable[[str, dict[str, str], dict[str, str]], tuple[int, bytes]]
 
-    def __init__(self, routes: dict[str, Route | Callable[[dict[str, str]], Route]]) -> None:
+
+class LoopbackServer:
+    """A real HTTP(S) server on 127.0.0.1 (ephemeral port). GETs answer from a route table (a fixed answer or a
+    callable of the request headers); POSTs (form-encoded, as the Prometheus query API takes them) from `post`.
+    A delay or hang is waited on an event that closing the server sets, so it never outlives its test."""
+
+    def __init__(
+        self,
+        routes: dict[str, Route | Callable[[dict[str, str]], Route]],
+        *,
+        post: PostAnswer | None = None,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
         self.routes = routes
         self.requests: list[tuple[str, dict[str, str]]] = []
+        self.posts: list[tuple[str, dict[str, str], dict[str, str]]] = []
         self.release = threading.Event()
         server = self
 
@@ -93,6 +106,23 @@ class LoopbackServer:
                     status, content_type, body, delay = route
                 if delay and server.release.wait(delay):
                     return  # the server is closing: drop the connection
+                self._answer(status, content_type, body)
+
+            def do_POST(self) -> None:  # noqa: N802
+                length = int(self.headers.get("Content-Length", "0"))
+                form = {k: v[0] for k, v in parse_qs(self.rfile.read(length).decode()).items()}
+                headers = {key.lower(): value for key, value in self.headers.items()}
+                server.posts.append((self.path, form, headers))
+                if server.post is None:
+                    self._answer(405, "text/plain", b"no POST here")
+                    return
+                status, body = server.post(self.path, form, headers)
+                if status == 0:  # hang until the test ends
+                    server.release.wait(10)
+                    return
+                self._answer(status, "application/json", body)
+
+            def _answer(self, status: int, content_type: str, body: bytes) -> None:
                 try:
                     self.send_response(status)
                     self.send_header("Content-Type", content_type)
@@ -105,14 +135,18 @@ class LoopbackServer:
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
+        self.post = post
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
+        if tls is not None:
+            self._httpd.socket = tls.wrap_socket(self._httpd.socket, server_side=True)
+        self._scheme = "https" if tls is not None else "http"
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
 
     @property
     def base_url(self) -> str:
         host, port = self._httpd.server_address[:2]
-        return f"http://{host!s}:{port}"
+        return f"{self._scheme}://{host!s}:{port}"
 
     url = base_url
 

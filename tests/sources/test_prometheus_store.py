@@ -7,21 +7,17 @@ import json
 import shutil
 import ssl
 import subprocess
-import threading
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs
 
 import pytest
-from support import closed_port_url
+from support import LoopbackServer, PostAnswer, closed_port_url
 
 from advisor.errors import InputError
 from advisor.sources.prometheus_store import PrometheusClient, StoreAuth, parse_duration, selector_matchers
 
-# (status, body) from the request's path, form and headers
-Answer = Callable[[str, dict[str, str], dict[str, str]], tuple[int, bytes]]
+Answer = PostAnswer
 
 VECTOR = {"status": "success", "data": {"resultType": "vector", "result": [
     {"metric": {"__name__": "sglang:num_running_reqs", "instance": "a:1"}, "value": [1700000000.5, "7"]},
@@ -32,52 +28,12 @@ MATRIX = {"status": "success", "warnings": ["partial"], "data": {"resultType": "
 ]}}
 
 
-class FakeStore:
-    """A loopback HTTP(S) server speaking the query API's POST form; records every request."""
+class FakeStore(LoopbackServer):
+    """The tests' loopback server answering the query API's POST form; `requests` are (path, form, headers)."""
 
     def __init__(self, answer: Answer, tls: ssl.SSLContext | None = None) -> None:
-        self.requests: list[tuple[str, dict[str, str], dict[str, str]]] = []
-        self.release = threading.Event()
-        store = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
-                length = int(self.headers.get("Content-Length", "0"))
-                form = {k: v[0] for k, v in parse_qs(self.rfile.read(length).decode()).items()}
-                headers = {k.lower(): v for k, v in self.headers.items()}
-                store.requests.append((self.path, form, headers))
-                status, body = answer(self.path, form, headers)
-                if status == 0:  # hang until the test ends
-                    store.release.wait(10)
-                    return
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        if tls is not None:
-            self.httpd.socket = tls.wrap_socket(self.httpd.socket, server_side=True)
-        self.scheme = "https" if tls else "http"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"{self.scheme}://127.0.0.1:{self.httpd.server_address[1]}"
-
-    def __enter__(self) -> FakeStore:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release.set()
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__({}, post=answer, tls=tls)
+        self.requests = self.posts  # type: ignore[assignment]
 
 
 def json_answer(body: dict[str, Any], status: int = 200) -> Answer:
