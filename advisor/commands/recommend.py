@@ -107,7 +107,7 @@ def _boot_config(boot: BootInfo | None) -> ServingConfig:
     return serving_config_from_args(boot.effective_server_args, where="boot log server_args")
 
 
-def _serving_config(args: argparse.Namespace, boot: BootInfo | None) -> ServingConfig:
+def _serving_config(args: argparse.Namespace, boot: BootInfo | None, hf: dict[str, Any] | None) -> ServingConfig:
     base = _boot_config(boot)
     overrides = {
         "strategy": args.strategy,
@@ -128,8 +128,8 @@ def _serving_config(args: argparse.Namespace, boot: BootInfo | None) -> ServingC
     config = replace(base, **fields)
     if args.skip_decode_lock is not None:
         config = config.with_skip_decode_lock(args.skip_decode_lock)  # said by the operator, not assumed
-    if args.model_config is not None:
-        config = _with_architecture(config, load_hf_config(args.model_config))
+    if hf is not None:
+        config = _with_architecture(config, hf)
     return config
 
 
@@ -147,7 +147,9 @@ def _with_architecture(config: ServingConfig, hf: dict[str, Any]) -> ServingConf
     )
 
 
-def _constants(args: argparse.Namespace, boot: BootInfo | None, config: ServingConfig) -> ByteConstants:
+def _constants(
+    args: argparse.Namespace, boot: BootInfo | None, config: ServingConfig, hf: dict[str, Any] | None
+) -> ByteConstants:
     given = [name for name, present in (
         ("--boot-log", boot is not None),
         ("--state-bytes-per-slot/--kv-bytes-per-token", args.state_bytes_per_slot is not None or args.kv_bytes_per_token is not None),
@@ -163,7 +165,8 @@ def _constants(args: argparse.Namespace, boot: BootInfo | None, config: ServingC
         return ByteConstants(args.state_bytes_per_slot, args.kv_bytes_per_token)
     if boot is not None:
         return boot.constants()
-    hf = load_hf_config(args.model_config)
+    if hf is None:  # unreachable: `given` names --model-config as the only source left
+        raise InputError("need --model-config")
     tp_size = args.tp_size or config.tp_size
     derived = model_bytes(
         hf,
@@ -194,8 +197,9 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("--context-length is required (or give --prometheus-url for one recommendation per server)")
     check_ranges(args)
     boot = read_boot_log(args.boot_log) if args.boot_log else None
-    config = _serving_config(args, boot)
-    constants = _constants(args, boot, config)
+    hf = load_hf_config(args.model_config) if args.model_config is not None else None
+    config = _serving_config(args, boot, hf)
+    constants = _constants(args, boot, config, hf)
     if args.rest_gib is not None:
         rest = args.rest_gib * GIB
     else:
