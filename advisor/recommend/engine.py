@@ -191,7 +191,7 @@ def _recommend(model: ServerModel, picture: WorkloadPicture, settings: Recommend
     outcomes: PoolOutcomes | None = None
     if model.rest_bytes is not None and live is not None:
         outcomes = pool_outcomes(
-            model.rest_bytes, serving, constants, context_length=context, target_ratio=target,
+            model.rest_bytes, serving, constants, live=live, context_length=context, target_ratio=target,
             balanced_ratio=r_center, bias_factor=factor, model_context_len=model.model_context_len,
         )
         rec.binding_pool_live = live.binding_pool

@@ -107,15 +107,16 @@ def pool_outcomes(
     serving: ServingConfig,
     constants: ByteConstants,
     *,
+    live: PoolOutcome,
     context_length: float,
     target_ratio: float,
     balanced_ratio: float,
     bias_factor: float,
     model_context_len: int,
 ) -> PoolOutcomes:
-    """The live, recommended (the target ratio, or the pin when the pin rule says so) and balanced splits.
-    The pin admits the balanced concurrency at the biased L (context / bias_factor)."""
-    live = pool_outcome(rest_bytes, serving, constants, context_length, model_context_len)
+    """With the live split (`pool_outcome` at the live config, computed once by the caller): the recommended
+    split (the target ratio, or the pin when the pin rule says so) and the balanced one. The pin admits the
+    balanced concurrency at the biased L (context / bias_factor)."""
     pin = pin_choice(target_ratio, serving, constants, rest_bytes, context_length / bias_factor)
     if pin is not None:
         recommended_config = ServingConfig(**{**serving.to_dict(), "max_mamba_cache_size": pin.max_mamba_cache_size})

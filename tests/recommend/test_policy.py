@@ -54,7 +54,7 @@ def test_pool_outcome_at_the_seed_example():
 def test_pool_outcomes_gain_and_balance():
     serving = ServingConfig(strategy="extra_buffer_lazy", mamba_full_memory_ratio=0.9)
     r_star = optimal_ratio_for(serving, CONSTANTS, 9216)
-    outcomes = pool_outcomes(REST, serving, CONSTANTS, context_length=9216, target_ratio=r_star,
+    outcomes = pool_outcomes(REST, serving, CONSTANTS, live=pool_outcome(REST, serving, CONSTANTS, 9216, 262144), context_length=9216, target_ratio=r_star,
                              balanced_ratio=r_star, bias_factor=1.0, model_context_len=262144)
     assert outcomes.pin is None
     assert outcomes.recommended.binding_pool == "balanced"
@@ -67,9 +67,9 @@ def test_pool_outcomes_pin_for_long_context_admits_the_biased_balance():
     serving = ServingConfig(strategy="extra_buffer_lazy")
     r_star = optimal_ratio_for(serving, CONSTANTS, 200_000)
     assert r_star < PIN_RATIO_THRESHOLD
-    plain = pool_outcomes(REST, serving, CONSTANTS, context_length=200_000, target_ratio=r_star,
+    plain = pool_outcomes(REST, serving, CONSTANTS, live=pool_outcome(REST, serving, CONSTANTS, 200_000, 262144), context_length=200_000, target_ratio=r_star,
                           balanced_ratio=r_star, bias_factor=1.0, model_context_len=262144)
-    biased = pool_outcomes(REST, serving, CONSTANTS, context_length=200_000, target_ratio=r_star * 1.5,
+    biased = pool_outcomes(REST, serving, CONSTANTS, live=pool_outcome(REST, serving, CONSTANTS, 200_000, 262144), context_length=200_000, target_ratio=r_star * 1.5,
                            balanced_ratio=r_star, bias_factor=1.5, model_context_len=262144)
     assert plain.pin is not None and plain.pin.why == "fragile_ratio"
     assert plain.recommended.split.max_mamba_cache_size == plain.pin.max_mamba_cache_size
