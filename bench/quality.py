@@ -27,9 +27,9 @@ from advisor.config import config_from_dict
 from advisor.daemon.runner import Advisor
 from advisor.model.pools import optimal_ratio_for, split_pools
 from advisor.model.serving import ServingConfig
-from advisor.sim.config import SimServerConfig, load_server_config
+from advisor.scheduler.engine import SimResult, best_result, simulate
+from advisor.sim.config import SchedulerServerConfig, load_server_config
 from advisor.sim.emulator import EmulatedServer
-from advisor.sim.engine import SimResult, best_result, simulate
 from advisor.sim.workload import Workload, load_workload
 
 # (workload, emulated server config) pairs: at least eight shapes of traffic.
@@ -78,11 +78,11 @@ class Row:
         return out
 
 
-def run_at(server: SimServerConfig, workload: Workload, arrivals, *, ratio: float | None = None, pin: int | None = None,
+def run_at(server: SchedulerServerConfig, workload: Workload, arrivals, *, ratio: float | None = None, pin: int | None = None,
            duration: float, warmup: float, seed: int) -> SimResult:
     if pin is not None:
         serving = ServingConfig(**{**server.serving.to_dict(), "max_mamba_cache_size": pin})
-        config = SimServerConfig(**{**vars(server), "serving": serving})
+        config = SchedulerServerConfig(**{**vars(server), "serving": serving})
     else:
         config = server.with_ratio(ratio if ratio is not None else server.serving.mamba_full_memory_ratio)
     return simulate(config, workload, duration=duration, seed=seed, warmup=warmup, arrivals=arrivals)
@@ -129,7 +129,7 @@ def watch_with_advisor(server, workload, *, speed, minutes, state_bias, seed) ->
     return rec.ratio, rec.recommended_max_mamba_cache_size, rec.decision
 
 
-def formula_ratio(server: SimServerConfig, arrivals) -> float:
+def formula_ratio(server: SchedulerServerConfig, arrivals) -> float:
     mean_context = float(np.mean([a.input_tokens + a.output_tokens for a in arrivals]))
     return optimal_ratio_for(server.serving, server.constants, mean_context)
 

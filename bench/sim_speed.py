@@ -12,9 +12,9 @@ import argparse
 import dataclasses
 import time
 
-from advisor.sim.config import SimServerConfig, load_server_config
-from advisor.sim.costmodel import CostModel
-from advisor.sim.engine import Simulator, simulate, sweep
+from advisor.scheduler.costmodel import CostModel
+from advisor.scheduler.engine import Simulator, simulate, sweep
+from advisor.sim.config import SchedulerServerConfig, load_server_config
 from advisor.sim.workload import Workload, load_workload
 
 
@@ -24,7 +24,7 @@ def _at_rate(workload: Workload, rate: float) -> Workload:
     )
 
 
-def _fast_server() -> SimServerConfig:
+def _fast_server() -> SchedulerServerConfig:
     """A server quick enough to serve 50 short chats per second (radix cache off so S = 1, a
     decode step ~4x cheaper), so admission runs on nearly every arrival instead of idling behind
     the clamp: the simulator's most event-dense regime."""
@@ -39,7 +39,7 @@ def _fast_server() -> SimServerConfig:
     return dataclasses.replace(base, name="default-fast", serving=serving, cost=cost)
 
 
-def _cases() -> list[tuple[str, SimServerConfig, Workload]]:
+def _cases() -> list[tuple[str, SchedulerServerConfig, Workload]]:
     default = load_server_config("default")
     chat = load_workload("steady-chat")
     return [

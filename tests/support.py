@@ -159,3 +159,26 @@ class LoopbackServer:
         self._httpd.shutdown()
         self._httpd.server_close()
         self._thread.join(timeout=5)
+
+
+# The keys every simulation result carries (the `simulate --json` contract).
+RESULT_KEYS = {
+    "ratio",
+    "max_running_requests",
+    "kv_capacity_tokens",
+    "max_mamba_cache_size",
+    "completed_requests",
+    "goodput_requests_per_second",
+    "goodput_tokens_per_second",
+    "retractions",
+    "retracted_requests",
+    "wasted_tokens",
+    "queue_time_p50",
+    "queue_time_p90",
+    "queue_time_p99",
+    "mean_running_requests",
+    "state_bound_fraction",
+    "kv_bound_fraction",
+    "mean_live_context",
+    "mean_request_context",
+}

@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 
 from advisor.errors import InputError
+from advisor.scheduler.engine import SimResult, best_result, simulate, sweep
 from advisor.sim.config import available_server_configs, load_server_config
-from advisor.sim.engine import SimResult, best_result, simulate, sweep
 from advisor.sim.workload import available_workloads, load_workload
 
 DEFAULT_DURATION = 1800.0

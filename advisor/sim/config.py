@@ -1,23 +1,24 @@
 """The simulated server: a serving config, the two per-GPU byte constants, `rest`, the scheduler knobs
 and the step-time cost model, loaded from YAML (`advisor/data/servers/<name>.yaml` or any file).
 
-`SimServerConfig.split()` sizes the pools with `advisor.model.pools.split_pools`, exactly as SGLang.
+`SchedulerServerConfig.split()` sizes the pools with `advisor.model.pools.split_pools`, exactly as SGLang.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from advisor.errors import InputError
-from advisor.model.pools import ByteConstants, PoolSplit, split_pools
+from advisor.model.pools import ByteConstants
 from advisor.model.serving import ConfigError, ServingConfig
-from advisor.sim.costmodel import CostModel, cost_model_from_dict
+from advisor.scheduler.costmodel import cost_model_from_dict
+from advisor.scheduler.server import SchedulerServerConfig
 
 SERVERS_DIR = Path(__file__).resolve().parent.parent / "data" / "servers"
 DEFAULT_SERVER = "default"
@@ -26,72 +27,6 @@ _UNITS = {"b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40
 _BYTES_RE = re.compile(
     r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([A-Za-z]*)\s*(?:/\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*)?$"
 )
-
-
-@dataclass(frozen=True)
-class SimServerConfig:
-    """One DP worker's view of a hybrid SGLang server, as the simulator needs it."""
-
-    serving: ServingConfig
-    constants: ByteConstants
-    rest_bytes: float  # per-GPU bytes for both pools (state + KV)
-    model_name: str = "example/hybrid"
-    version: str = "0.5.23"
-    model_context_len: int = 262144
-    chunked_prefill_size: int = 8192
-    max_prefill_tokens: int = 16384
-    decode_log_interval: int = 40
-    schedule_conservativeness: float = 1.0
-    enable_radix_prefix_reuse: bool = False
-    # Extensions beyond the shared interface (all defaulted):
-    name: str = "custom"
-    cost: CostModel = field(default_factory=CostModel)
-    # SGLang 0.5.23 appends retracted requests to the back of the waiting queue
-    # (scheduler.py `_add_request_to_queue`, fcfs does not re-sort); True puts them in front.
-    retract_to_front: bool = False
-    replayssm_fixed_bytes: float = 0.0
-
-    def split(self) -> PoolSplit:
-        return split_pools(
-            self.rest_bytes,
-            self.serving,
-            self.constants,
-            replayssm_fixed_bytes=self.replayssm_fixed_bytes,
-            model_context_len=self.model_context_len,
-        )
-
-    def with_ratio(self, r: float) -> SimServerConfig:
-        return replace(self, serving=self.serving.with_ratio(r))
-
-    @property
-    def ratio(self) -> float | None:
-        """The configured --mamba-full-memory-ratio; None when the state pool is pinned."""
-        if self.serving.max_mamba_cache_size is not None:
-            return None
-        return self.serving.mamba_full_memory_ratio
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "model_name": self.model_name,
-            "version": self.version,
-            "model_context_len": self.model_context_len,
-            "chunked_prefill_size": self.chunked_prefill_size,
-            "max_prefill_tokens": self.max_prefill_tokens,
-            "decode_log_interval": self.decode_log_interval,
-            "schedule_conservativeness": self.schedule_conservativeness,
-            "enable_radix_prefix_reuse": self.enable_radix_prefix_reuse,
-            "retract_to_front": self.retract_to_front,
-            "rest_bytes": self.rest_bytes,
-            "replayssm_fixed_bytes": self.replayssm_fixed_bytes,
-            "serving": self.serving.to_dict(),
-            "constants": {
-                "state_bytes_per_slot": self.constants.state_bytes_per_slot,
-                "kv_bytes_per_token": self.constants.kv_bytes_per_token,
-                "draft_kv_bytes_per_token": self.constants.draft_kv_bytes_per_token,
-            },
-            "cost": self.cost.to_dict(),
-        }
 
 
 def parse_bytes(value: Any, where: str) -> float:
@@ -206,8 +141,8 @@ _TOP_LEVEL = {
 }
 
 
-def server_config_from_dict(d: dict) -> SimServerConfig:
-    """Build a SimServerConfig from a plain mapping (a parsed YAML file). Errors name the field."""
+def server_config_from_dict(d: dict) -> SchedulerServerConfig:
+    """Build a SchedulerServerConfig from a plain mapping (a parsed YAML file). Errors name the field."""
     if not isinstance(d, dict):
         raise InputError(f"a server config must be a mapping, got {type(d).__name__}")
     for key in d:
@@ -262,7 +197,7 @@ def server_config_from_dict(d: dict) -> SimServerConfig:
         )
     if d.get("cost") is not None:
         kwargs["cost"] = cost_model_from_dict(d["cost"])
-    config = SimServerConfig(**kwargs)
+    config = SchedulerServerConfig(**kwargs)
     try:
         split = config.split()
     except ValueError as exc:
@@ -294,7 +229,7 @@ def resolve_server_path(path_or_name: str) -> Path:
     )
 
 
-def load_server_config(path: str | None) -> SimServerConfig:
+def load_server_config(path: str | None) -> SchedulerServerConfig:
     """Load a server config from a YAML file or a shipped name; None gives the shipped default."""
     resolved = resolve_server_path(path if path is not None else DEFAULT_SERVER)
     try:

@@ -23,10 +23,11 @@ from urllib.parse import parse_qs, urlsplit
 
 from advisor.model.pools import GIB, PoolSplit
 from advisor.model.serving import resolve_strategy, slots_per_request, spec_enabled
+from advisor.scheduler.engine import Simulator
+from advisor.scheduler.types import DecodeTick, PrefillBatch, RequestFinished, Retraction, SimEvent
 from advisor.sim import sglang_logs
 from advisor.sim.clock import ManualClock, SystemClock
-from advisor.sim.config import SimServerConfig
-from advisor.sim.engine import Simulator
+from advisor.sim.config import SchedulerServerConfig
 from advisor.sim.exposition import (
     CONTENT_TYPE,
     QUEUE_TIME_BUCKETS,
@@ -42,7 +43,6 @@ from advisor.sim.exposition import (
     scheduler_ranks,
     worker_count,
 )
-from advisor.sim.types import DecodeTick, PrefillBatch, RequestFinished, Retraction, SimEvent
 from advisor.sim.workload import Workload
 from advisor.sources.formats import release_key
 
@@ -90,7 +90,7 @@ class EmulatedServer:
 
     def __init__(
         self,
-        server: SimServerConfig,
+        server: SchedulerServerConfig,
         workload: Workload,
         *,
         host: str = "127.0.0.1",
@@ -162,7 +162,7 @@ class EmulatedServer:
         return f"http://{self._host}:{self.port}"
 
     @property
-    def config(self) -> SimServerConfig:
+    def config(self) -> SchedulerServerConfig:
         return self._config
 
     @property
@@ -264,7 +264,7 @@ class EmulatedServer:
     def _wall_time_of(self, sim_time: float) -> float:
         return self._epoch_anchor + sim_time / self._speed
 
-    def _boot(self, config: SimServerConfig) -> None:
+    def _boot(self, config: SchedulerServerConfig) -> None:
         """(Re)start every worker; the caller holds the lock."""
         serving = config.serving
         self._boot_count += 1
@@ -304,7 +304,7 @@ class EmulatedServer:
             )
         )
 
-    def _memory_figures(self, config: SimServerConfig) -> tuple[float, float]:
+    def _memory_figures(self, config: SchedulerServerConfig) -> tuple[float, float]:
         """Weights and startup free memory (GiB per GPU) consistent with rest and mem_fraction_static."""
         rest_gb = config.rest_bytes / GIB
         weight_gb = max(0.4 * rest_gb, 1.0)
@@ -313,7 +313,7 @@ class EmulatedServer:
         return weight_gb, startup_gb
 
     def _boot_figures(
-        self, config: SimServerConfig, split: PoolSplit, weight_gb: float, startup_gb: float
+        self, config: SchedulerServerConfig, split: PoolSplit, weight_gb: float, startup_gb: float
     ) -> sglang_logs.BootFigures:
         serving = config.serving
         model_class, _, conv_fraction = architecture_of(config.model_name)
@@ -351,7 +351,7 @@ class EmulatedServer:
             release=self._log_release,
         )
 
-    def _logged_server_args(self, config: SimServerConfig) -> dict[str, Any]:
+    def _logged_server_args(self, config: SchedulerServerConfig) -> dict[str, Any]:
         """The fields the boot log's `server_args=` line shows (its form follows the version profile)."""
         args = server_args_fields(config, self._profile, self._host, self._bound_port(), self._api_key)
         keys = (
@@ -531,7 +531,7 @@ class EmulatedServer:
 # ---------------------------------------------------------------------- bodies
 
 
-def spec_acceptance(config: SimServerConfig) -> tuple[float, float]:
+def spec_acceptance(config: SchedulerServerConfig) -> tuple[float, float]:
     """(accept length, accept rate) the cost model assumes; (0, 0) without speculative decoding.
 
     rate = accepted drafts / proposed drafts = (length - 1) / (draft_tokens - 1) (metrics_reporter.py:974-982).
@@ -544,7 +544,7 @@ def spec_acceptance(config: SimServerConfig) -> tuple[float, float]:
 
 
 def server_args_fields(
-    config: SimServerConfig, profile: str, host: str, port: int, api_key: str | None
+    config: SchedulerServerConfig, profile: str, host: str, port: int, api_key: str | None
 ) -> dict[str, Any]:
     """The ServerArgs fields `/server_info` shows (flattened, resolved), in the fixtures' order."""
     serving = config.serving
@@ -598,7 +598,7 @@ def server_args_fields(
 
 
 def server_info_body(
-    config: SimServerConfig,
+    config: SchedulerServerConfig,
     profile: str,
     host: str,
     port: int,

@@ -19,7 +19,7 @@ from prometheus_client.registry import CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
 from advisor.model.serving import ServingConfig
-from advisor.sim.types import RequestFinished, SimSnapshot
+from advisor.scheduler.types import RequestFinished, SimSnapshot
 
 PROFILES = ("0.5.23", "0.5.10")
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from advisor.model.pools import GIB
+from advisor.scheduler.types import DecodeTick, PrefillBatch, RequestFinished, Retraction
 from advisor.sim.exposition import SchedulerRank
-from advisor.sim.types import DecodeTick, PrefillBatch, RequestFinished, Retraction
 from advisor.sources.formats import line_format, log_era, server_args_dict, server_args_repr
 
 # Default share of a state slot's bytes that is conv state (the rest is the SSM/temporal state): 0.46 GB

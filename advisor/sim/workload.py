@@ -19,6 +19,7 @@ import numpy as np
 import yaml
 
 from advisor.errors import InputError
+from advisor.scheduler.types import RequestSpec
 
 WORKLOADS_DIR = Path(__file__).resolve().parent.parent / "data" / "workloads"
 DEFAULT_WORKLOAD = "bimodal-chat-docs"
@@ -30,18 +31,6 @@ DEFAULT_MAX_NEW_TOKENS = 8192
 # unless `replay.rate` says otherwise.
 DEFAULT_REPLAY_RATE = 1.0
 MAX_TOKENS = 10_000_000
-
-
-@dataclass(frozen=True, slots=True)
-class RequestSpec:
-    """One request as the workload issues it."""
-
-    time: float  # arrival, simulated seconds since start
-    input_tokens: int
-    output_tokens: int  # what the request really generates (already <= max_new_tokens)
-    max_new_tokens: int  # the client's cap, the scheduler reserves against it
-    prefix_group: str | None = None  # requests of a group share a cached prefix (radix reuse)
-    prefix_tokens: int = 0  # length of that shared prefix (< input_tokens)
 
 
 # --------------------------------------------------------------------------- validation helpers

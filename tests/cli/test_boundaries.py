@@ -15,7 +15,8 @@ SHARED_PATH = re.compile(r"""/\s*["']shared["']|\.\./shared|/work/shared""")
 SIM_USERS = {"advisor/commands/demo.py", "advisor/commands/simulate.py", "advisor/commands/emulate.py"}
 # room -> rooms it must never import (architecture: sources -> estimate -> recommend -> export, model under all)
 FORBIDDEN = {
-    "model": ("sources", "estimate", "recommend", "export", "daemon", "sim", "commands", "feeder"),
+    "model": ("sources", "estimate", "recommend", "export", "daemon", "sim", "commands", "feeder", "scheduler"),
+    "scheduler": ("sources", "estimate", "recommend", "export", "daemon", "sim", "commands", "feeder"),
     "estimate": ("recommend", "export", "daemon", "sim", "commands", "sources.http", "sources.follow"),
     "recommend": ("sources", "export", "daemon", "sim", "commands"),
     "sources": ("estimate", "recommend", "export", "daemon", "sim", "commands"),

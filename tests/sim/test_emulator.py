@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from advisor.model.pools import GIB, split_pools
 from advisor.sim.clock import ManualClock
-from advisor.sim.config import SimServerConfig, load_server_config
+from advisor.sim.config import SchedulerServerConfig, load_server_config
 from advisor.sim.emulator import EmulatedServer
 from advisor.sim.exposition import OBSERVED_ONLY_FAMILIES
 from advisor.sim.workload import Workload, workload_from_dict
@@ -46,7 +46,7 @@ def workload(spec: dict) -> Workload:
     return workload_from_dict(spec)
 
 
-def shaped(name: str, **serving: object) -> SimServerConfig:
+def shaped(name: str, **serving: object) -> SchedulerServerConfig:
     """A shipped config with other flags; radix prefix reuse on, so cached-token series exist."""
     config = load_server_config(name)
     return dataclasses.replace(

@@ -10,6 +10,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from advisor.model.serving import ServingConfig
+from advisor.scheduler.types import RequestFinished, SimSnapshot
 from advisor.sim.exposition import (
     OBSERVED_ONLY_FAMILIES,
     TOKEN_BUCKETS_OLD,
@@ -21,7 +22,6 @@ from advisor.sim.exposition import (
     render_metrics,
     scheduler_ranks,
 )
-from advisor.sim.types import RequestFinished, SimSnapshot
 
 METRICS = Path(__file__).resolve().parents[1] / "fixtures" / "metrics"
 SHAPES = {"single": (1, 1), "tp2": (2, 1), "dp2tp4": (4, 2)}

@@ -10,9 +10,9 @@ import pytest
 
 from advisor.model.pools import GIB
 from advisor.model.serving import ServingConfig
+from advisor.scheduler.types import DecodeTick, PrefillBatch, RequestFinished, Retraction
 from advisor.sim import sglang_logs
 from advisor.sim.exposition import SchedulerRank, scheduler_ranks
-from advisor.sim.types import DecodeTick, PrefillBatch, RequestFinished, Retraction
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
 PREFIX = re.compile(r"^\[(?P<ts>[\d-]+ [\d:]+)(?P<ranks>[^\]]*)\] (?P<msg>.*)$")

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from support import RESULT_KEYS
 
 from advisor.cli import main
 from advisor.commands.simulate import parse_sweep
@@ -13,26 +14,6 @@ from advisor.errors import InputError
 from advisor.sim.config import load_server_config
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
-RESULT_KEYS = {
-    "ratio",
-    "max_running_requests",
-    "kv_capacity_tokens",
-    "max_mamba_cache_size",
-    "completed_requests",
-    "goodput_requests_per_second",
-    "goodput_tokens_per_second",
-    "retractions",
-    "retracted_requests",
-    "wasted_tokens",
-    "queue_time_p50",
-    "queue_time_p90",
-    "queue_time_p99",
-    "mean_running_requests",
-    "state_bound_fraction",
-    "kv_bound_fraction",
-    "mean_live_context",
-    "mean_request_context",
-}
 
 
 def _run(capsys, *argv: str) -> tuple[int, str, str]:

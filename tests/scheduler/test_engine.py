@@ -7,11 +7,10 @@ import dataclasses
 import math
 
 import pytest
-from test_simulate_cli import RESULT_KEYS
+from support import RESULT_KEYS
 
 from advisor.errors import InputError
-from advisor.sim.config import load_server_config, parse_bytes, server_config_from_dict
-from advisor.sim.engine import (
+from advisor.scheduler.engine import (
     CLIP_MAX_NEW_TOKENS,
     INIT_NEW_TOKEN_RATIO,
     MIN_NEW_TOKEN_RATIO_FACTOR,
@@ -21,7 +20,8 @@ from advisor.sim.engine import (
     simulate,
     sweep,
 )
-from advisor.sim.types import DecodeTick, PrefillBatch, RequestFinished, Retraction
+from advisor.scheduler.types import DecodeTick, PrefillBatch, RequestFinished, Retraction
+from advisor.sim.config import load_server_config, parse_bytes, server_config_from_dict
 from advisor.sim.workload import RequestSpec, load_workload, workload_from_dict
 
 GIB = 1 << 30

@@ -1,4 +1,5 @@
-"""The contract between the simulator (engine) and whatever watches it (emulated server, CLI, bench).
+"""The contract between the scheduler model (engine) and whatever feeds or watches it: the requests it serves,
+the traffic source that issues them, and the events and snapshots it reports (emulated server, CLI, bench, replay).
 
 Plain dataclasses only. One `Simulator` models one DP worker (one scheduler) of an SGLang
 server; an emulated DP>1 server runs one per DP rank.
@@ -6,7 +7,35 @@ server; an emulated DP>1 server runs one per DP rank.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+
+@dataclass(frozen=True, slots=True)
+class RequestSpec:
+    """One request as the workload issues it."""
+
+    time: float  # arrival, simulated seconds since start
+    input_tokens: int
+    output_tokens: int  # what the request really generates (already <= max_new_tokens)
+    max_new_tokens: int  # the client's cap, the scheduler reserves against it
+    prefix_group: str | None = None  # requests of a group share a cached prefix (radix reuse)
+    prefix_tokens: int = 0  # length of that shared prefix (< input_tokens)
+
+
+
+class TrafficSource(Protocol):
+    """What the scheduler model needs of a traffic description (a sim workload, a fitted replay picture)."""
+
+    @property
+    def name(self) -> str: ...
+
+    def arrivals(self, rng: np.random.Generator, start: float, end: float) -> Iterator[RequestSpec]: ...
+
+    def requests(self, seed: int, duration: float) -> list[RequestSpec]: ...
 
 
 @dataclass

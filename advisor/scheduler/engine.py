@@ -1,4 +1,4 @@
-"""A discrete-event simulator of one SGLang 0.5.23 scheduler (one DP worker) serving a hybrid model
+"""The scheduler model: a discrete-event model of one SGLang 0.5.23 scheduler (one DP worker) serving a hybrid model
 under the two pools, and `simulate` / `sweep` / `best_result` on top of it. Decode steps between
 events are advanced in closed form, never per token per request.
 """
@@ -44,9 +44,17 @@ import numpy as np
 
 from advisor.model.pools import optimal_ratio_for
 from advisor.model.serving import slots_per_request, spec_enabled
-from advisor.sim.config import SimServerConfig
-from advisor.sim.types import DecodeTick, PrefillBatch, RequestFinished, Retraction, SimEvent, SimSnapshot
-from advisor.sim.workload import RequestSpec, Workload
+from advisor.scheduler.server import SchedulerServerConfig
+from advisor.scheduler.types import (
+    DecodeTick,
+    PrefillBatch,
+    RequestFinished,
+    RequestSpec,
+    Retraction,
+    SimEvent,
+    SimSnapshot,
+    TrafficSource,
+)
 
 # environ.py (SGLang 0.5.23): SGLANG_INIT_NEW_TOKEN_RATIO, SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR,
 # SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS, SGLANG_RETRACT_DECODE_STEPS, SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION.
@@ -161,8 +169,8 @@ class Simulator:
 
     def __init__(
         self,
-        server: SimServerConfig,
-        workload: Workload,
+        server: SchedulerServerConfig,
+        workload: TrafficSource,
         *,
         seed: int = 0,
         dp_rank: int = 0,
@@ -1068,8 +1076,8 @@ def _percentile(values: Sequence[float], q: float) -> float:
 
 
 def _run_worker(
-    server: SimServerConfig,
-    workload: Workload,
+    server: SchedulerServerConfig,
+    workload: TrafficSource,
     *,
     duration: float,
     warmup: float,
@@ -1100,8 +1108,8 @@ def _run_worker(
 
 
 def simulate(
-    server: SimServerConfig,
-    workload: Workload,
+    server: SchedulerServerConfig,
+    workload: TrafficSource,
     *,
     duration: float,
     seed: int = 0,
@@ -1185,8 +1193,8 @@ def simulate(
 
 
 def sweep(
-    server: SimServerConfig,
-    workload: Workload,
+    server: SchedulerServerConfig,
+    workload: TrafficSource,
     ratios: Sequence[float],
     *,
     duration: float,
