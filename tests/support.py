@@ -170,6 +170,8 @@ RESULT_KEYS = {
     "completed_requests",
     "goodput_requests_per_second",
     "goodput_tokens_per_second",
+    "slo_goodput_tokens_per_second",
+    "queue_time_bound",
     "retractions",
     "retracted_requests",
     "wasted_tokens",

@@ -63,6 +63,10 @@ MIN_NEW_TOKEN_RATIO_FACTOR = 0.14
 NEW_TOKEN_RATIO_DECAY_STEPS = 600
 RETRACT_DECODE_STEPS = 20
 CLIP_MAX_NEW_TOKENS = 4096
+# Goodput counts the output tokens of requests whose total queue time (first wait plus every wait after a
+# retraction) stays within this bound: a state-bound server pays for the queue it builds, a KV-bound one for
+# its retractions (recomputation and requeueing), and neither earns credit for work its users gave up on.
+DEFAULT_QUEUE_TIME_BOUND = 10.0
 # `sglang:gen_throughput` decays to 0 after this long without decode stats (metrics_reporter.py).
 GEN_THROUGHPUT_STALE_SECONDS = 30.0
 
@@ -1038,7 +1042,9 @@ class SimResult:
     max_mamba_cache_size: int
     completed_requests: int
     goodput_requests_per_second: float
-    goodput_tokens_per_second: float  # completed output tokens / s
+    goodput_tokens_per_second: float  # completed output tokens / s (raw: every completed request)
+    slo_goodput_tokens_per_second: float  # output tokens / s of completed requests queued <= queue_time_bound
+    queue_time_bound: float
     retractions: int  # retraction events
     retracted_requests: int
     wasted_tokens: int  # KV recomputed because of retraction
@@ -1115,6 +1121,7 @@ def simulate(
     seed: int = 0,
     warmup: float = 0.0,
     arrivals: Sequence[RequestSpec] | None = None,
+    queue_time_bound: float = DEFAULT_QUEUE_TIME_BOUND,
 ) -> SimResult:
     """Run `workload` on `server` for `duration` simulated seconds; statistics after `warmup`.
 
@@ -1151,6 +1158,7 @@ def simulate(
 
     busy = delta("busy_seconds")
     output_tokens = sum(e.completion_tokens for e in completed)
+    slo_tokens = sum(e.completion_tokens for e in completed if e.queue_time <= queue_time_bound)
     mean_context = (
         float(np.mean([e.prompt_tokens + e.completion_tokens for e in completed])) if completed else 0.0
     )
@@ -1165,6 +1173,8 @@ def simulate(
         completed_requests=len(completed),
         goodput_requests_per_second=len(completed) / measured,
         goodput_tokens_per_second=output_tokens / measured,
+        slo_goodput_tokens_per_second=slo_tokens / measured,
+        queue_time_bound=queue_time_bound,
         retractions=int(delta("retraction_events")),
         retracted_requests=int(delta("retracted_requests")),
         wasted_tokens=int(delta("wasted_tokens")),
@@ -1200,12 +1210,14 @@ def sweep(
     duration: float,
     seed: int = 0,
     warmup: float = 0.0,
+    queue_time_bound: float = DEFAULT_QUEUE_TIME_BOUND,
 ) -> list[SimResult]:
     """simulate() at every ratio, on the very same arrivals (generated once under `seed`)."""
     arrivals = workload.requests(seed, duration)
     return [
         simulate(
-            server.with_ratio(r), workload, duration=duration, seed=seed, warmup=warmup, arrivals=arrivals
+            server.with_ratio(r), workload, duration=duration, seed=seed, warmup=warmup, arrivals=arrivals,
+            queue_time_bound=queue_time_bound,
         )
         for r in ratios
     ]

@@ -422,3 +422,22 @@ def test_result_fields_are_consistent():
     assert not math.isnan(result.mean_live_context) and result.mean_live_context > 0
     with pytest.raises(ValueError):
         simulate(load_server_config("default"), load_workload("demo"), duration=100, warmup=100)
+
+
+def test_slo_goodput_drops_the_requests_a_state_bound_queue_made_wait():
+    """Near capacity, a clamp too low builds a queue: raw goodput still counts every completed request (it loses
+    ~12%), the SLO goodput only those queued within the bound (it loses them all); a balanced split keeps both."""
+    config = load_server_config("default")
+    workload = workload_from_dict(_chat(3.5))
+    arrivals = workload.requests(4, 900)
+
+    def run(ratio: float, bound: float):
+        return simulate(config.with_ratio(ratio), workload, duration=900, seed=4, warmup=150, arrivals=arrivals,
+                        queue_time_bound=bound)
+
+    loose, tight, balanced = run(0.5, 1e9), run(0.5, 5.0), run(8.0, 5.0)
+    assert loose.slo_goodput_tokens_per_second == pytest.approx(loose.goodput_tokens_per_second)
+    assert tight.queue_time_p50 > 5.0  # the queue is real
+    assert tight.slo_goodput_tokens_per_second < 0.5 * tight.goodput_tokens_per_second
+    assert tight.goodput_tokens_per_second > 0.8 * balanced.goodput_tokens_per_second  # raw barely sees it
+    assert balanced.slo_goodput_tokens_per_second == pytest.approx(balanced.goodput_tokens_per_second, rel=0.02)
