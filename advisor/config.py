@@ -57,6 +57,9 @@ class AdvisorConfig:
     checkpoint_path: str | None = None
     half_life_seconds: float = 3600.0
     state_bias: float = RecommenderSettings().state_bias  # one knob, one default: the recommender's
+    # The what-if replay: how much recent traffic it replays, and how often (server seconds; 0 turns it off).
+    replay_window_seconds: float = 1800.0
+    replay_interval_seconds: float = 300.0
     timeout_seconds: float = 5.0
     server_info_every: int = 20  # cycles between /server_info refreshes (it runs on the scheduler's loop)
     stale_after_cycles: int = 3
@@ -141,6 +144,8 @@ _TOP_RANGES: dict[str, tuple[float, float, str]] = {
     "half_life_seconds": (1.0, 3.2e8, "seconds"),
     "time_scale": (1e-3, 1e6, ""),
     "state_bias": (0.0, 100.0, ""),
+    "replay_window_seconds": (60.0, 86400.0, "seconds"),
+    "replay_interval_seconds": (0.0, 86400.0, "seconds"),
 }
 _TOP_INTEGER_RANGES: dict[str, tuple[float, float, str]] = {
     "server_info_every": (1, 1e6, "cycles"),
@@ -235,7 +240,7 @@ def config_from_dict(data: dict[str, Any], env: Mapping[str, str] | None = None)
     values: dict[str, Any] = {"targets": targets, "store_targets": store_targets}
     for key, (low, high, unit) in _TOP_RANGES.items():
         if data.get(key) is not None:
-            values[key] = _number(data[key], key, positive=key != "state_bias", low=low, high=high, unit=unit)
+            values[key] = _number(data[key], key, positive=key not in ("state_bias", "replay_interval_seconds"), low=low, high=high, unit=unit)
     for key, (low, high, unit) in _TOP_INTEGER_RANGES.items():
         if data.get(key) is not None:
             values[key] = int(_number(data[key], key, integer=True, low=low, high=high, unit=unit))

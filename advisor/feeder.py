@@ -4,17 +4,23 @@ Pure: plain dataclasses in, plain dataclasses out. The daemon and `inspect` both
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from advisor.errors import InputError
 from advisor.estimate.deltas import ObservationDelta
+from advisor.estimate.steptime import StepSample
+from advisor.estimate.traffic import ExactRequest, TrafficEstimator
 from advisor.estimate.workload import ScrapeSample
 from advisor.model.advice import MemoryFacts
 from advisor.model.memory import free_memory_from_gauges
 from advisor.model.pools import GIB, ByteConstants
 from advisor.model.serving import ServingConfig
 from advisor.recommend.engine import ServerModel
+from advisor.scheduler.costmodel import CostModel
+from advisor.scheduler.server import SchedulerServerConfig
 from advisor.sources.bootlog import BootInfo
+from advisor.sources.loglines import DecodeInterval, RequestRecord
 from advisor.sources.metrics import MetricsObservation
 from advisor.sources.server_info import ServerInfo, serving_config_from_args
 
@@ -191,3 +197,81 @@ def model_name_of(server_info: ServerInfo | None, metrics: MetricsObservation | 
     if metrics is not None and metrics.model_name:
         return metrics.model_name
     return ""
+
+
+# SGLang prints a decode line every `--decode-log-interval` decode steps (server_args default 40).
+DEFAULT_DECODE_LOG_INTERVAL = 40
+
+
+def step_samples_from_log(intervals: Iterable[DecodeInterval], steps: int = DEFAULT_DECODE_LOG_INTERVAL) -> list[StepSample]:
+    """Decode lines (with the prefills between them) as step-time samples."""
+    out = []
+    for interval in intervals:
+        line = interval.line
+        if line.gen_throughput is None or line.running_requests <= 0:
+            continue
+        out.append(StepSample(
+            batch=float(line.running_requests), kv_tokens=float(line.kv_used_tokens or 0),
+            gen_throughput=float(line.gen_throughput), steps=float(steps),
+            prefill_batches=float(interval.prefill_batches), prefill_tokens=float(interval.prefill_tokens),
+        ))
+    return out
+
+
+def step_samples_from_metrics(observation: MetricsObservation, steps: int = DEFAULT_DECODE_LOG_INTERVAL) -> list[StepSample]:
+    """The running / KV / gen-throughput gauges of each DP rank as step-time samples (no prefill features: the
+    gauges do not say what ran between two decode lines)."""
+    out = []
+    for rank in observation.ranks:
+        if rank.gen_throughput is None or not rank.running_requests:
+            continue
+        out.append(StepSample(batch=float(rank.running_requests), kv_tokens=float(rank.kv_used_tokens or 0),
+                              gen_throughput=float(rank.gen_throughput), steps=float(steps)))
+    return out
+
+
+def exact_requests(records: Iterable[RequestRecord], time_scale: float = 1.0) -> list[ExactRequest]:
+    """Finished requests with a time and an e2e latency, as arrivals on the server's clock (log stamps are wall
+    time; `time_scale` > 1 only for an emulated server running faster than the wall clock)."""
+    out = []
+    for record in records:
+        if record.time is None or record.e2e_latency is None:
+            continue
+        out.append(ExactRequest(arrival=record.time * time_scale - record.e2e_latency, input_tokens=record.prompt_tokens,
+                                output_tokens=record.completion_tokens))
+    return out
+
+
+def observe_traffic_interval(traffic: TrafficEstimator, now: float, delta: ObservationDelta,
+                             sample: ScrapeSample) -> None:
+    """One scrape interval into the traffic picture: finished requests (the prompt histogram's count delta, else
+    the request counter's), running + queued, and the interval's token histograms."""
+    in_system = sample.running_requests + sample.queued_requests
+    if delta.since_start or delta.restarted:
+        traffic.last_in_system = in_system  # a baseline: lifetime totals are not this interval's traffic
+        return
+    seconds = delta.interval_seconds
+    prompt, generation = delta.prompt_tokens_histogram, delta.generation_tokens_histogram
+    finished = prompt.count if prompt is not None else delta.requests
+    if seconds is None or finished is None:
+        return
+    traffic.observe_interval(
+        now, seconds, finished=finished, in_system=in_system,
+        prompt_bounds=prompt.upper_bounds if prompt else (), prompt_counts=prompt.bucket_counts() if prompt else (),
+        prompt_sum=prompt.sum if prompt else 0.0,
+        generation_bounds=generation.upper_bounds if generation else (),
+        generation_counts=generation.bucket_counts() if generation else (),
+        generation_sum=generation.sum if generation else 0.0,
+    )
+
+
+def scheduler_server(model: ServerModel, boot: BootInfo | None, cost: CostModel) -> SchedulerServerConfig | None:
+    """The scheduler model's view of this server (per DP worker), when its pools are known."""
+    if model.constants is None or model.rest_bytes is None:
+        return None
+    chunk = boot.chunked_prefill_size if boot is not None and boot.chunked_prefill_size else 8192
+    return SchedulerServerConfig(
+        serving=model.serving, constants=model.constants, rest_bytes=model.rest_bytes,
+        model_context_len=model.model_context_len, chunked_prefill_size=chunk,
+        max_prefill_tokens=max(16384, chunk), cost=cost,
+    )

@@ -13,17 +13,32 @@ from typing import Any
 from advisor.config import AdvisorConfig, TargetConfig
 from advisor.errors import InputError
 from advisor.estimate.deltas import CounterTracker, ObservationDelta
+from advisor.estimate.steptime import StepTimeEstimator
+from advisor.estimate.traffic import TrafficEstimator, TrafficSettings
 from advisor.estimate.workload import EstimatorSettings, WorkloadEstimator
 from advisor.feeder import (
     ByteOverrides,
+    exact_requests,
     model_name_of,
+    observe_traffic_interval,
     observed_clamp,
+    scheduler_server,
     scrape_sample,
     server_model,
     serving_config_of,
+    step_samples_from_log,
+    step_samples_from_metrics,
 )
 from advisor.model.serving import ServingConfig
-from advisor.recommend.engine import RecommenderSettings, ServerModel, WorkloadPicture, recommend
+from advisor.recommend.engine import (
+    RecommenderSettings,
+    ServerModel,
+    WorkloadPicture,
+    live_ratio_of,
+    prior_ratio,
+    recommend,
+)
+from advisor.recommend.replay import ReplayCurve, replay_curve
 from advisor.recommend.types import Recommendation
 from advisor.sources.bootlog import BootInfo, read_boot_log
 from advisor.sources.follow import LogFollower
@@ -62,6 +77,11 @@ class TargetPipeline:
         self.estimator_settings = EstimatorSettings(half_life_seconds=config.half_life_seconds)
         self.recommender_settings = RecommenderSettings(state_bias=config.state_bias)
         self.estimator = WorkloadEstimator(self.estimator_settings)
+        self.traffic = TrafficEstimator(TrafficSettings(window_seconds=config.replay_window_seconds))
+        self.step_time = StepTimeEstimator(config.half_life_seconds)
+        self.uses_decode_lines = False
+        self.replay_result: ReplayCurve | None = None
+        self.replay_time: float | None = None
         self.followers = [LogFollower(path, max_line_bytes=config.max_line_bytes) for path in target.log_paths]
         self.log_parser = LogLineParser()
         self.previous: MetricsObservation | None = None
@@ -88,6 +108,8 @@ class TargetPipeline:
     def state(self) -> dict[str, Any]:
         return {
             "estimator": self.estimator.to_dict(),
+            "traffic": self.traffic.to_dict(),
+            "step_time": self.step_time.to_dict(),
             "followers": {f.path: f.state() for f in self.followers},
             "uses_request_logs": self.uses_request_logs,
             "errors_total": dict(self.errors_total),
@@ -101,6 +123,13 @@ class TargetPipeline:
             self._error("checkpoint", f"checkpoint for {self.target.name} unusable ({exc}); starting cold")
             return
         self.estimator = estimator
+        try:
+            if "traffic" in state:
+                self.traffic = TrafficEstimator.from_dict(state["traffic"])
+            if "step_time" in state:
+                self.step_time = StepTimeEstimator.from_dict(state["step_time"])
+        except (KeyError, TypeError, ValueError) as exc:
+            self._error("checkpoint", f"checkpoint for {self.target.name}: replay inputs unusable ({exc}); relearning them")
         for follower in self.followers:
             saved = state.get("followers", {}).get(follower.path)
             if isinstance(saved, dict):
@@ -166,6 +195,10 @@ class TargetPipeline:
             if bad > 0:
                 self._error("logs", f"{follower.path}: {bad} unreadable request-log line(s) skipped")
             lengths.extend(found.request_lengths)
+            self.traffic.observe_requests(exact_requests(found.requests, self.config.time_scale))
+            if found.decode_intervals:
+                self.uses_decode_lines = True
+                self.step_time.observe(now, step_samples_from_log(found.decode_intervals))
             report.log_retractions += found.retracted_requests
             for error in found.errors:
                 self._error("logs", error)
@@ -200,9 +233,11 @@ class TargetPipeline:
         if not self.uses_request_logs:
             self.estimator.observe_token_histograms(now, delta.prompt_tokens_histogram, delta.generation_tokens_histogram)
         clamp = observed_clamp(self.server_info, self.boot, len(observation.ranks))
-        self.estimator.observe_scrape(
-            now, scrape_sample(observation, delta, clamp=clamp, log_retractions=report.log_retractions, baseline=first)
-        )
+        sample = scrape_sample(observation, delta, clamp=clamp, log_retractions=report.log_retractions, baseline=first)
+        self.estimator.observe_scrape(now, sample)
+        observe_traffic_interval(self.traffic, now, delta, sample)
+        if not self.uses_decode_lines:
+            self.step_time.observe(now, step_samples_from_metrics(observation))
         return True
 
     def _refresh_server_info(self, report: CycleReport) -> None:
@@ -236,6 +271,7 @@ class TargetPipeline:
             context_length=self.estimator.time_averaged_context(),
             confidence=self.estimator.confidence(now),
         )
+        picture.replay = self._replay(now, model, picture)
         try:
             rec = recommend(model, picture, self.recommender_settings, inputs_stale=stale)
         except (ValueError, ZeroDivisionError) as exc:
@@ -266,6 +302,29 @@ class TargetPipeline:
             last_restart_timestamp=self.counters.last_restart_timestamp,
             last_restart_reason=self.counters.last_restart_reason,
         )
+
+    def _replay(self, now: float, model: ServerModel, picture: WorkloadPicture) -> ReplayCurve | None:
+        """The what-if replay's curve: recomputed every replay_interval_seconds, reused in between."""
+        interval = self.config.replay_interval_seconds
+        if interval <= 0:
+            return None
+        if self.replay_time is not None and now - self.replay_time < interval and self.replay_result is not None:
+            return self.replay_result
+        prior = prior_ratio(model, picture, self.recommender_settings)
+        fit = self.step_time.fit()
+        traffic = self.traffic.picture(seed=self.cycles)
+        if prior is None or traffic is None:
+            return self.replay_result
+        server = scheduler_server(model, self.boot, fit.cost if fit else self.step_time.prior)
+        if server is None:
+            return self.replay_result
+        try:
+            self.replay_result = replay_curve(server, traffic, prior_ratio=prior, live_ratio=live_ratio_of(model))
+        except (ValueError, ZeroDivisionError) as exc:
+            self._error("internal", f"replay failed: {exc}")
+            return self.replay_result
+        self.replay_time = now
+        return self.replay_result
 
     def close(self) -> None:
         self.client.close()

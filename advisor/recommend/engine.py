@@ -17,7 +17,7 @@ r_target = r*(L_eff) * exp(state_bias * spikiness) * closed_loop, where
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from advisor.estimate.summary import WorkloadSummary
 from advisor.model.advice import PIN_REASONS, MemoryFacts, flag_line, free_lever
@@ -37,6 +37,7 @@ from advisor.recommend.policy import (
     pool_outcome,
     pool_outcomes,
 )
+from advisor.recommend.replay import ReplayCurve
 from advisor.recommend.types import Recommendation
 
 
@@ -53,6 +54,8 @@ class RecommenderSettings:
     closed_loop_strength: float = 0.5
     closed_loop_limit: float = 0.3
     evidence_threshold: float = 0.2
+    # With a what-if replay: a restart is worth it above this predicted goodput gain.
+    min_goodput_gain: float = 0.03
 
     def __post_init__(self) -> None:
         if self.state_bias < 0:
@@ -80,6 +83,17 @@ class WorkloadPicture:
     summary: WorkloadSummary
     context_length: float | None  # time-averaged L_eff over windows (tokens)
     confidence: float
+    replay: ReplayCurve | None = None  # the observed traffic replayed at candidate ratios around the prior
+
+
+def prior_ratio(model: ServerModel, picture: WorkloadPicture, settings: RecommenderSettings) -> float | None:
+    """The closed-form prior: r*(L_eff) with the spikiness bias (no closed-loop nudge); what the replay's
+    candidates centre on and what decides where its curve is flat. None while it cannot be computed."""
+    if model.constants is None or not picture.context_length:
+        return None
+    spikiness = picture.summary.spikiness or 0.0
+    r_center = optimal_ratio_for(model.serving, model.constants, float(picture.context_length))
+    return r_center * math.exp(settings.state_bias * spikiness)
 
 
 def live_ratio_of(model: ServerModel) -> float | None:
@@ -182,9 +196,26 @@ def _recommend(model: ServerModel, picture: WorkloadPicture, settings: Recommend
     # Bounds widen while evidence is thin (VPA's confidence idea); spikiness acts through the bias, not here.
     band = settings.base_band + 0.5 * (1.0 - confidence)
     rec = base
+    replay = picture.replay
+    if replay is not None:
+        # The replayed curve decides; its plateau (the ratios within its noise of the best) is the hold band.
+        target = replay.chosen_ratio
+        factor = target / r_center
+        rec.ratio_lower = min(replay.width_lower, target * math.exp(-band))
+        rec.ratio_upper = max(replay.width_upper, target * math.exp(band))
+        rec.predicted_goodput_gain_ratio = replay.gain
+        rec.goodput_curve_width_ratio = replay.width_ratio
+        rec.goodput_curve = [(p.ratio, p.goodput) for p in replay.points]
+        rec.replay_metric = replay.metric
+        if replay.flat:
+            notes.append(
+                f"replayed goodput is flat within its noise over r {replay.width_lower:.3g}-{replay.width_upper:.3g}: "
+                f"the prior r {replay.prior_ratio:.3g} decides"
+            )
+    else:
+        rec.ratio_lower = target * math.exp(-band)
+        rec.ratio_upper = target * math.exp(band)
     rec.ratio = target
-    rec.ratio_lower = target * math.exp(-band)
-    rec.ratio_upper = target * math.exp(band)
     rec.bias = factor - 1.0
     rec.ratio_drift = math.log(live_ratio / target) if live_ratio else None
 
@@ -194,6 +225,11 @@ def _recommend(model: ServerModel, picture: WorkloadPicture, settings: Recommend
             model.rest_bytes, serving, constants, live=live, context_length=context, target_ratio=target,
             balanced_ratio=r_center, bias_factor=factor, model_context_len=model.model_context_len,
         )
+        if replay is not None and outcomes.pin is not None:
+            # The pin holds the replay's chosen clamp: the state pool the chosen ratio would have sized.
+            chosen = split_pools(model.rest_bytes, serving.with_ratio(target), constants,
+                                 model_context_len=model.model_context_len)
+            outcomes = replace(outcomes, pin=replace(outcomes.pin, max_mamba_cache_size=chosen.max_mamba_cache_size))
         rec.binding_pool_live = live.binding_pool
         rec.kv_capacity_requests_live = live.kv_capacity_requests
         rec.predicted_max_running_requests_live = live.split.max_running_requests
@@ -207,11 +243,18 @@ def _recommend(model: ServerModel, picture: WorkloadPicture, settings: Recommend
     if lever:
         notes.insert(0, lever)
 
+    gain: float | None
+    balanced_gain: float | None
+    if replay is not None and replay.gain is not None:
+        gain, balanced_gain, min_gain = replay.gain, None, settings.min_goodput_gain
+    else:
+        gain = outcomes.gain if outcomes else None
+        balanced_gain = outcomes.balanced_gain if outcomes else None
+        min_gain = settings.min_gain
     decision = decide(
         target_ratio=target, ratio_lower=rec.ratio_lower, ratio_upper=rec.ratio_upper, live_ratio=live_ratio,
         live_pin=serving.max_mamba_cache_size, pin=outcomes.pin if outcomes else None,
-        gain=outcomes.gain if outcomes else None, balanced_gain=outcomes.balanced_gain if outcomes else None,
-        min_gain=settings.min_gain,
+        gain=gain, balanced_gain=balanced_gain, min_gain=min_gain,
     )
     rec.decision, rec.reason_code = decision.decision, decision.reason_code
     rec.reason = _reason(rec, summary, serving, constants, context, r_center, bias, factor, spikiness, nudge, settings)

@@ -44,6 +44,11 @@ class Recommendation:
     bias: float = 0.0  # the spikiness bias and closed-loop nudge applied to r, as a factor minus 1
     nudge_evidence: str | None = None  # what contradicted the model: "state_saturated" | "kv_blocked" | None
     flag_line: str | None = None
+    # the what-if replay, when the traffic could be replayed
+    predicted_goodput_gain_ratio: float | None = None  # replayed goodput at the recommended r over the live r
+    goodput_curve_width_ratio: float | None = None  # upper / lower end of the r range within noise of the best
+    goodput_curve: list[tuple[float, float]] = field(default_factory=list)  # (r, replayed goodput tokens/s)
+    replay_metric: str | None = None  # "slo_goodput" | "raw_goodput"
     notes: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:

@@ -811,11 +811,24 @@ class LogLineParser:
         return False
 
 
+@dataclass(slots=True)
+class DecodeInterval:
+    """A `Decode batch` line with the prefill batches its DP rank printed since its previous decode line: the time
+    SGLang's `gen throughput` divides by holds both."""
+
+    line: StatsLine
+    prefill_batches: int
+    prefill_tokens: int
+
+
 @dataclass
 class LogDigest:
-    """What a batch of log events says for the advisor: exact request lengths, retractions, the last boot."""
+    """What a batch of log events says for the advisor: exact requests, decode intervals, retractions, the last
+    boot."""
 
     request_lengths: list[tuple[int, int]] = field(default_factory=list)  # (prompt, completion) per request
+    requests: list[RequestRecord] = field(default_factory=list)
+    decode_intervals: list[DecodeInterval] = field(default_factory=list)
     retracted_requests: int = 0
     boot: BootInfo | None = None  # the last boot block in the batch
     errors: list[str] = field(default_factory=list)
@@ -825,11 +838,20 @@ def digest(events: Iterable[LogEvent], *, source: str) -> LogDigest:
     """Fold parsed events into a LogDigest; a boot block SGLang left incomplete becomes an error, not a raise."""
     out = LogDigest()
     swa_lines = 0
+    prefill_since: dict[int | None, list[int]] = {}  # dp rank -> [batches, tokens] since its last decode line
     for event in events:
         if isinstance(event, StatsLine):
             swa_lines += event.swa_used_tokens is not None
+            pending = prefill_since.setdefault(event.dp_rank, [0, 0])
+            if event.kind == "prefill":
+                pending[0] += 1
+                pending[1] += event.new_tokens or 0
+            elif event.kind == "decode":
+                out.decode_intervals.append(DecodeInterval(event, pending[0], pending[1]))
+                pending[0] = pending[1] = 0
         elif isinstance(event, RequestRecord):
             out.request_lengths.append((event.prompt_tokens, event.completion_tokens))
+            out.requests.append(event)
         elif isinstance(event, Retraction):
             out.retracted_requests += event.retracted_requests
         elif isinstance(event, BootBlock):

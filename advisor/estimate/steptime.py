@@ -1,0 +1,163 @@
+"""The server's own step-time model, fitted from what it shows (pure; `now` is passed in): decode-batch lines
+(`#running-req`, `#full token`, `gen throughput`, with the prefill lines printed between two of them) or, without
+logs, the `num_running_reqs` / `token_usage` / `gen_throughput` gauges. The fit gives the scheduler model's cost
+coefficients, so a replay steps as fast as this server does (a TP8 node and one GPU holding a whole MoE differ
+several-fold).
+
+SGLang prints `gen throughput` = tokens decoded since the previous decode line / wall time since it
+(`managers/scheduler_components/metrics_reporter.py`, once every `decode_log_interval` decode steps), so the
+time per decode step it implies, batch / gen_throughput, also holds the prefill batches run between the two
+lines; those enter as features of their own. The fit is a ridge regression on decayed normal equations, pulled
+toward the default cost model scaled to the data, so thin or collinear data (a steady batch size) still gives
+the right overall speed and spread data separates the per-request and per-KV-token terms.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from advisor.scheduler.costmodel import CostModel
+
+CHECKPOINT_VERSION = 1
+# Features of one sample, per decode step: 1, batch, KV tokens, prefill batches and prefill tokens per step.
+FEATURES = ("decode_base_seconds", "decode_per_request_seconds", "decode_per_kv_token_seconds",
+            "prefill_base_seconds", "prefill_per_token_seconds")
+# The pull toward the scaled default, relative to the data's own weight (trace of the normal matrix).
+RIDGE = 0.02
+# A fitted coefficient stays within this factor of the scaled default.
+COEFFICIENT_RANGE = 10.0
+
+
+@dataclass(frozen=True)
+class StepSample:
+    """One decode-line interval on one DP rank: the batch and KV it decoded, the throughput SGLang printed, the
+    decode steps in the interval, and the prefill batches and tokens run between this line and the previous."""
+
+    batch: float
+    kv_tokens: float
+    gen_throughput: float  # tokens/s as printed
+    steps: float  # decode steps since the previous line (decode_log_interval)
+    prefill_batches: float = 0.0
+    prefill_tokens: float = 0.0
+
+
+@dataclass(frozen=True)
+class StepTimeFit:
+    """The fitted cost model and how much it rests on: samples behind it, and its speed against the default."""
+
+    cost: CostModel
+    samples: float
+    speed_factor: float  # fitted seconds per step over the default's, at the observed batches (>1: slower)
+
+
+class StepTimeEstimator:
+    """Decayed least-squares statistics of decode step time; `fit` turns them into a CostModel."""
+
+    def __init__(self, half_life_seconds: float = 3600.0, prior: CostModel | None = None) -> None:
+        if not half_life_seconds > 0:
+            raise ValueError(f"half_life_seconds must be > 0, got {half_life_seconds}")
+        self.half_life_seconds = half_life_seconds
+        self.prior = prior or CostModel()
+        size = len(FEATURES)
+        self.normal = np.zeros((size, size))  # sum of w * z z^T, z = features scaled by the prior coefficients
+        self.moment = np.zeros(size)  # sum of w * z y
+        self.weight = 0.0
+        self.last_time: float | None = None
+
+    def _prior_vector(self) -> np.ndarray:
+        return np.asarray([getattr(self.prior, name) for name in FEATURES], dtype=float)
+
+    def _decay_to(self, now: float) -> None:
+        if self.last_time is not None and now > self.last_time:
+            factor = 0.5 ** ((now - self.last_time) / self.half_life_seconds)
+            self.normal *= factor
+            self.moment *= factor
+            self.weight *= factor
+        self.last_time = now if self.last_time is None else max(self.last_time, now)
+
+    def observe(self, now: float, samples: list[StepSample]) -> int:
+        """Add samples; ones that cannot be read (no batch, no throughput, non-finite) are skipped. Returns how many
+        were used."""
+        self._decay_to(now)
+        prior = self._prior_vector()
+        used = 0
+        for sample in samples:
+            values = (sample.batch, sample.kv_tokens, sample.gen_throughput, sample.steps, sample.prefill_batches,
+                      sample.prefill_tokens)
+            if not all(math.isfinite(v) and v >= 0 for v in values):
+                continue
+            if sample.batch < 1 or sample.gen_throughput <= 0 or sample.steps <= 0:
+                continue
+            seconds_per_step = sample.batch / sample.gen_throughput
+            features = np.asarray([1.0, sample.batch, sample.kv_tokens, sample.prefill_batches / sample.steps,
+                                   sample.prefill_tokens / sample.steps])
+            z = features * prior
+            # Relative errors: a step of 5 ms and one of 200 ms count alike.
+            w = 1.0 / max(seconds_per_step, 1e-6) ** 2
+            self.normal += w * np.outer(z, z)
+            self.moment += w * z * seconds_per_step
+            self.weight += 1.0
+            used += 1
+        return used
+
+    def fit(self) -> StepTimeFit | None:
+        """The cost model the samples imply, or None before any sample."""
+        if self.weight <= 0 or not np.isfinite(self.normal).all():
+            return None
+        ones = np.ones(len(FEATURES))
+        # The default model scaled to the data: one factor for every coefficient.
+        denominator = float(ones @ self.normal @ ones)
+        if denominator <= 0:
+            return None
+        scale = float(ones @ self.moment) / denominator
+        if not math.isfinite(scale) or scale <= 0:
+            return None
+        ridge = RIDGE * float(np.trace(self.normal)) / len(FEATURES)
+        try:
+            theta = np.linalg.solve(self.normal + ridge * np.eye(len(FEATURES)), self.moment + ridge * scale * ones)
+        except np.linalg.LinAlgError:
+            theta = scale * ones
+        theta = np.clip(theta, scale / COEFFICIENT_RANGE, scale * COEFFICIENT_RANGE)
+        coefficients = self._prior_vector() * theta
+        fitted = dict(zip(FEATURES, (float(c) for c in coefficients), strict=True))
+        # Prefill's attention term is not separately visible: it scales with the prefill per-token fit.
+        context_scale = theta[4]
+        cost = replace(
+            self.prior, **fitted,
+            prefill_per_token_context_seconds=self.prior.prefill_per_token_context_seconds * float(context_scale),
+        )
+        return StepTimeFit(cost=cost, samples=self.weight, speed_factor=scale)
+
+    # -- checkpoint -----------------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": CHECKPOINT_VERSION,
+            "half_life_seconds": self.half_life_seconds,
+            "prior": self.prior.to_dict(),
+            "normal": self.normal.tolist(),
+            "moment": self.moment.tolist(),
+            "weight": self.weight,
+            "last_time": self.last_time,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> StepTimeEstimator:
+        """Restore; raises ValueError (or KeyError/TypeError) on a checkpoint that is not ours."""
+        if data.get("version") != CHECKPOINT_VERSION:
+            raise ValueError(f"step-time checkpoint version {data.get('version')!r} is not {CHECKPOINT_VERSION}")
+        estimator = cls(float(data["half_life_seconds"]), CostModel(**data["prior"]))
+        normal = np.asarray(data["normal"], dtype=float)
+        moment = np.asarray(data["moment"], dtype=float)
+        size = len(FEATURES)
+        if normal.shape != (size, size) or moment.shape != (size,):
+            raise ValueError("step-time checkpoint has the wrong shape")
+        estimator.normal, estimator.moment = normal, moment
+        estimator.weight = float(data["weight"])
+        last = data["last_time"]
+        estimator.last_time = None if last is None else float(last)
+        return estimator

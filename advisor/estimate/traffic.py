@@ -1,0 +1,260 @@
+"""The observed traffic as a replayable picture (pure; `now` is passed in): when requests arrived and how long
+they were over the recent window, so the scheduler model can answer "what would this traffic have done at r?".
+
+Two ways in. With request logs followed, every finished request is known exactly (arrival = finish time -
+e2e latency, prompt and completion tokens, `max_new_tokens` when the log shows sampling params): the replay is
+those requests. Without them, each scrape interval is a bin: how many requests arrived (finished + the change
+in running + queued) and the interval's deltas of SGLang's prompt and generation token histograms with their
+exact sums; a replay draws that many requests in the bin with lengths from the bin's own marginals, so bursts of
+long requests stay where they were in time. The backlog running or queued when the window opens is replayed as
+arriving at its start.
+
+A request whose `max_new_tokens` is unknown is replayed as SGLang treats one its client left unset: capped by the
+context (`managers/scheduler.py` init_req_max_new_tokens: max_req_len - input - 1), which admission then clips to
+SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION for its reservation.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from advisor.scheduler.types import RequestSpec
+
+CHECKPOINT_VERSION = 1
+UNSET_MAX_NEW_TOKENS = 1 << 30  # the scheduler model caps it at the context, as SGLang does
+
+
+@dataclass(frozen=True)
+class TrafficSettings:
+    window_seconds: float = 1800.0  # how much recent traffic a replay covers
+    max_bins: int = 360
+    max_requests: int = 30000
+    # exact request records stand in for the bins once they cover this share of the window
+    exact_coverage: float = 0.8
+
+    def __post_init__(self) -> None:
+        if not self.window_seconds > 0:
+            raise ValueError(f"window_seconds must be > 0, got {self.window_seconds}")
+        if self.max_bins < 2 or self.max_requests < 1:
+            raise ValueError("max_bins must be >= 2 and max_requests >= 1")
+        if not 0 < self.exact_coverage <= 1:
+            raise ValueError(f"exact_coverage must be in (0, 1], got {self.exact_coverage}")
+
+
+@dataclass
+class TrafficBin:
+    """One scrape interval: arrivals and the interval's length marginals (bucket counts, not cumulative)."""
+
+    start: float
+    end: float
+    arrivals: float
+    in_system_at_start: float
+    prompt_bounds: list[float] = field(default_factory=list)
+    prompt_counts: list[float] = field(default_factory=list)
+    prompt_sum: float = 0.0
+    generation_bounds: list[float] = field(default_factory=list)
+    generation_counts: list[float] = field(default_factory=list)
+    generation_sum: float = 0.0
+
+    @property
+    def finished(self) -> float:
+        return float(sum(self.prompt_counts))
+
+
+@dataclass(frozen=True)
+class ExactRequest:
+    arrival: float  # server clock seconds
+    input_tokens: int
+    output_tokens: int
+    max_new_tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class TrafficPicture:
+    """The replayable traffic: requests with times from the window's start, the window, and where it came from."""
+
+    requests: list[RequestSpec]
+    window_seconds: float
+    source: str  # "request_log" | "metrics"
+    backlog: int = 0  # requests replayed at t=0 for what was running or queued when the window opened
+
+    @property
+    def arrival_rate(self) -> float:
+        return len(self.requests) / self.window_seconds if self.window_seconds > 0 else 0.0
+
+
+def _sample_lengths(rng: np.random.Generator, bounds: Sequence[float], counts: Sequence[float], total: float,
+                    n: int) -> np.ndarray:
+    """n lengths drawn from a histogram's buckets (log-uniform inside a bucket), rescaled to the exact mean."""
+    counts_array = np.asarray(counts, dtype=float)
+    if n <= 0 or counts_array.sum() <= 0:
+        return np.zeros(0)
+    lowers = np.concatenate([[1.0], np.asarray(bounds[:-1], dtype=float)])
+    uppers = np.asarray(bounds, dtype=float).copy()
+    infinite = ~np.isfinite(uppers)
+    uppers[infinite] = np.maximum(lowers[infinite], 1.0) * 2.0
+    lowers = np.maximum(lowers, 1.0)
+    uppers = np.maximum(uppers, lowers)
+    picks = rng.choice(len(counts_array), size=n, p=counts_array / counts_array.sum())
+    u = rng.random(n)
+    values = np.exp(np.log(lowers[picks]) + u * (np.log(uppers[picks]) - np.log(lowers[picks])))
+    mean = total / counts_array.sum() if total > 0 else 0.0
+    if mean > 0 and values.mean() > 0:
+        values *= mean / values.mean()
+    return np.maximum(1.0, np.round(values))
+
+
+class TrafficEstimator:
+    def __init__(self, settings: TrafficSettings | None = None) -> None:
+        self.settings = settings or TrafficSettings()
+        self.bins: deque[TrafficBin] = deque()
+        self.exact: deque[ExactRequest] = deque()
+        self.newest_arrival: float | None = None
+        self.last_in_system: float | None = None
+        self.last_time: float | None = None
+
+    # -- inputs ---------------------------------------------------------------------------------------
+
+    def observe_interval(
+        self, now: float, seconds: float, *, finished: float, in_system: float,
+        prompt_bounds: Sequence[float] = (), prompt_counts: Sequence[float] = (), prompt_sum: float = 0.0,
+        generation_bounds: Sequence[float] = (), generation_counts: Sequence[float] = (), generation_sum: float = 0.0,
+    ) -> None:
+        """One scrape interval ending at `now`: requests finished in it, running + queued at its end, and the
+        interval's bucket counts of the two token histograms."""
+        if not (seconds > 0 and math.isfinite(seconds) and math.isfinite(finished) and math.isfinite(in_system)):
+            return
+        previous = self.last_in_system
+        self.last_in_system = in_system
+        self.last_time = now
+        if previous is None:
+            return  # the first scrape only gives the baseline in-system count
+        arrivals = max(0.0, finished + in_system - previous)
+        self.bins.append(TrafficBin(
+            start=now - seconds, end=now, arrivals=arrivals, in_system_at_start=previous,
+            prompt_bounds=[float(b) for b in prompt_bounds], prompt_counts=[max(0.0, float(c)) for c in prompt_counts],
+            prompt_sum=max(0.0, float(prompt_sum)),
+            generation_bounds=[float(b) for b in generation_bounds],
+            generation_counts=[max(0.0, float(c)) for c in generation_counts],
+            generation_sum=max(0.0, float(generation_sum)),
+        ))
+        horizon = now - self.settings.window_seconds
+        while self.bins and (self.bins[0].end <= horizon or len(self.bins) > self.settings.max_bins):
+            self.bins.popleft()
+
+    def observe_requests(self, records: Sequence[ExactRequest]) -> int:
+        """Finished requests with their arrival times on the server's clock, in the order they finished."""
+        added = 0
+        for record in records:
+            if not (math.isfinite(record.arrival) and record.input_tokens >= 1 and record.output_tokens >= 0):
+                continue
+            self.exact.append(record)
+            self.newest_arrival = record.arrival if self.newest_arrival is None else max(self.newest_arrival,
+                                                                                          record.arrival)
+            added += 1
+        if self.newest_arrival is not None:
+            horizon = self.newest_arrival - self.settings.window_seconds
+            while self.exact and (self.exact[0].arrival < horizon or len(self.exact) > self.settings.max_requests):
+                self.exact.popleft()
+        return added
+
+    # -- output ---------------------------------------------------------------------------------------
+
+    def picture(self, seed: int = 0) -> TrafficPicture | None:
+        """The replayable traffic of the window, or None when too little has been seen."""
+        exact = self._exact_picture()
+        if exact is not None:
+            return exact
+        return self._binned_picture(seed)
+
+    def _exact_picture(self) -> TrafficPicture | None:
+        if len(self.exact) < 2:
+            return None
+        records = sorted(self.exact, key=lambda r: r.arrival)  # kept in finish order; arrivals interleave
+        first, last = records[0].arrival, records[-1].arrival
+        span = last - first
+        if span < self.settings.exact_coverage * self.settings.window_seconds and not self._exact_covers_history(span):
+            return None
+        requests = [
+            RequestSpec(r.arrival - first, r.input_tokens, max(1, r.output_tokens),
+                        max(r.max_new_tokens or UNSET_MAX_NEW_TOKENS, max(1, r.output_tokens)))
+            for r in records
+        ]
+        return TrafficPicture(requests=requests, window_seconds=max(span, 1.0), source="request_log")
+
+    def _exact_covers_history(self, span: float) -> bool:
+        """Exact records cover all that was observed (a young daemon): the bins hold no more than they do."""
+        if not self.bins:
+            return True
+        binned = self.bins[-1].end - self.bins[0].start
+        return span >= self.settings.exact_coverage * binned
+
+    def _binned_picture(self, seed: int) -> TrafficPicture | None:
+        bins = [b for b in self.bins if b.end > b.start]
+        if not bins or sum(b.arrivals for b in bins) < 2:
+            return None
+        rng = np.random.default_rng(seed)
+        start = bins[0].start
+        window = bins[-1].end - start
+        # lengths for a bin without finished requests come from the nearest bin that has some
+        with_lengths = [i for i, b in enumerate(bins) if b.finished > 0 and sum(b.generation_counts) > 0]
+        if not with_lengths:
+            return None
+        requests: list[RequestSpec] = []
+        backlog = int(round(bins[0].in_system_at_start))
+        carry = 0.0
+        for index, traffic_bin in enumerate(bins):
+            count_float = traffic_bin.arrivals + carry
+            count = int(math.floor(count_float))
+            carry = count_float - count
+            if index == 0:
+                count += backlog
+            if count <= 0:
+                continue
+            source = bins[min(with_lengths, key=lambda i: abs(i - index))]
+            inputs = _sample_lengths(rng, source.prompt_bounds, source.prompt_counts, source.prompt_sum, count)
+            outputs = _sample_lengths(rng, source.generation_bounds, source.generation_counts, source.generation_sum,
+                                      count)
+            if index == 0 and backlog:
+                times = np.concatenate([np.zeros(min(backlog, count)),
+                                        rng.uniform(0.0, traffic_bin.end - start, max(0, count - backlog))])
+            else:
+                times = rng.uniform(traffic_bin.start - start, traffic_bin.end - start, count)
+            for t, i, o in zip(times, inputs, outputs, strict=True):
+                requests.append(RequestSpec(float(t), int(i), int(o), UNSET_MAX_NEW_TOKENS))
+        requests.sort(key=lambda r: r.time)
+        return TrafficPicture(requests=requests, window_seconds=window, source="metrics", backlog=backlog)
+
+    # -- checkpoint -----------------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": CHECKPOINT_VERSION,
+            "settings": asdict(self.settings),
+            "bins": [asdict(b) for b in self.bins],
+            "exact": [[r.arrival, r.input_tokens, r.output_tokens, r.max_new_tokens] for r in self.exact],
+            "last_in_system": self.last_in_system,
+            "last_time": self.last_time,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TrafficEstimator:
+        """Restore; raises ValueError (or KeyError/TypeError) on a checkpoint that is not ours."""
+        if data.get("version") != CHECKPOINT_VERSION:
+            raise ValueError(f"traffic checkpoint version {data.get('version')!r} is not {CHECKPOINT_VERSION}")
+        estimator = cls(TrafficSettings(**data["settings"]))
+        estimator.bins = deque(TrafficBin(**b) for b in data["bins"])
+        estimator.exact = deque(
+            ExactRequest(float(a), int(i), int(o), None if m is None else int(m)) for a, i, o, m in data["exact"]
+        )
+        estimator.newest_arrival = max((r.arrival for r in estimator.exact), default=None)
+        for name in ("last_in_system", "last_time"):
+            value = data[name]
+            setattr(estimator, name, None if value is None else float(value))
+        return estimator

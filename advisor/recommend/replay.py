@@ -1,0 +1,172 @@
+"""The what-if replay (pure): the observed traffic picture run through the scheduler model on this server's pools,
+with its own fitted step times, at candidate ratios around the closed-form prior; the ratio is read off the
+simulated goodput curve.
+
+Raw goodput (output tokens/s served) decides first: near capacity the SLO goodput (tokens/s of requests queued
+within a bound) flips with the realisation of the arrivals, raw goodput does not. Among the ratios within the
+replay's noise of the best raw goodput, SLO goodput then decides: where throughput ties, a state-bound split still
+pays for the queue it builds and a KV-bound one for its retractions and requeues. Where both are flat, the prior
+decides: the candidate nearest r* (which carries the insurance for the state pool's hard failure), never the
+plateau's lowest or highest ratio.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from advisor.estimate.traffic import TrafficPicture
+from advisor.scheduler.engine import DEFAULT_QUEUE_TIME_BOUND, SimResult, simulate
+from advisor.scheduler.server import SchedulerServerConfig
+from advisor.scheduler.types import RequestSpec
+
+
+@dataclass(frozen=True)
+class ReplaySettings:
+    queue_time_bound: float = DEFAULT_QUEUE_TIME_BOUND
+    span: float = 3.0  # candidates from prior / span to prior * span
+    points: int = 5  # on a geometric grid from prior / span to prior * span, then two refining points
+    flat_tolerance: float = 0.01  # a plateau is within this share of the best (plus the replay's own noise)
+    warmup_fraction: float = 0.1  # the replay starts empty: the first part of the window only fills it
+    # Among ratios within noise of the best raw goodput, those whose SLO goodput is within this share of the
+    # plateau's best are equally good; the prior picks among them.
+    slo_tolerance: float = 0.05
+    min_requests: int = 50
+
+    def __post_init__(self) -> None:
+        if not self.span > 1 or self.points < 3 or not 0 <= self.warmup_fraction < 1:
+            raise ValueError("replay: span must be > 1, points >= 3, warmup_fraction in [0, 1)")
+
+
+@dataclass(frozen=True)
+class CurvePoint:
+    ratio: float
+    goodput: float  # raw goodput, the curve's first criterion (tokens/s)
+    slo_goodput: float
+    raw_goodput: float
+    max_running_requests: int
+    kv_capacity_tokens: int
+    state_bound_fraction: float
+    kv_bound_fraction: float
+    retracted_requests: int
+    queue_time_p90: float
+
+
+@dataclass(frozen=True)
+class ReplayCurve:
+    points: list[CurvePoint]  # by ratio
+    chosen_ratio: float
+    best_ratio: float
+    prior_ratio: float
+    width_lower: float  # the ratio range within flat_tolerance of the best
+    width_upper: float
+    flat: bool  # the prior decided among several equally good candidates
+    metric: str  # what `goodput` holds: "raw_goodput"
+    requests: int
+    window_seconds: float
+    source: str
+    live_goodput: float | None  # at the live ratio, when given
+    chosen_goodput: float
+
+    @property
+    def gain(self) -> float | None:
+        """Predicted goodput at the chosen ratio over the live one."""
+        if self.live_goodput is None or self.live_goodput <= 0:
+            return None
+        return self.chosen_goodput / self.live_goodput
+
+    @property
+    def width_ratio(self) -> float:
+        return self.width_upper / self.width_lower if self.width_lower > 0 else math.inf
+
+
+def _run(server: SchedulerServerConfig, picture: TrafficPicture, ratio: float, settings: ReplaySettings) -> SimResult:
+    window = picture.window_seconds
+    return simulate(
+        server.with_ratio(ratio), _PictureSource(picture), duration=window, warmup=window * settings.warmup_fraction,
+        arrivals=picture.requests, queue_time_bound=settings.queue_time_bound,
+    )
+
+
+@dataclass(frozen=True)
+class _PictureSource:
+    """A TrafficPicture seen as the scheduler model's traffic source (it only replays the given requests)."""
+
+    picture: TrafficPicture
+
+    @property
+    def name(self) -> str:
+        return f"observed ({self.picture.source})"
+
+    def arrivals(self, rng: np.random.Generator, start: float, end: float) -> Iterator[RequestSpec]:
+        return iter([r for r in self.picture.requests if start <= r.time < end])
+
+    def requests(self, seed: int, duration: float) -> list[RequestSpec]:
+        return [r for r in self.picture.requests if r.time < duration]
+
+
+def replay_curve(
+    server: SchedulerServerConfig,
+    picture: TrafficPicture,
+    *,
+    prior_ratio: float,
+    live_ratio: float | None,
+    settings: ReplaySettings | None = None,
+) -> ReplayCurve | None:
+    """The goodput curve of the observed traffic over candidate ratios and the ratio it picks; None when the
+    picture is too thin to replay."""
+    settings = settings or ReplaySettings()
+    if len(picture.requests) < settings.min_requests or not prior_ratio > 0:
+        return None
+    step = settings.span ** (2.0 / (settings.points - 1))
+    half = (settings.points - 1) // 2
+    ratios = [prior_ratio * step ** k for k in range(-half, half + 1)]
+    results = {r: _run(server, picture, r, settings) for r in ratios}
+    if live_ratio is not None and live_ratio > 0:
+        results.setdefault(live_ratio, _run(server, picture, live_ratio, settings))
+
+    def plateau_of(candidates: list[float]) -> tuple[float, list[float], list[float]]:
+        """(best by raw goodput, the raw plateau, the plateau's SLO-best part)."""
+        best = max(candidates, key=lambda r: results[r].goodput_tokens_per_second)
+        top = results[best].goodput_tokens_per_second
+        tolerance = max(settings.flat_tolerance, 0.5 / math.sqrt(max(1, results[best].completed_requests)))
+        plateau = sorted(r for r in candidates if results[r].goodput_tokens_per_second >= top * (1.0 - tolerance))
+        slo_top = max(results[r].slo_goodput_tokens_per_second for r in plateau)
+        if slo_top <= 0:
+            return best, plateau, plateau
+        slo_tolerance = max(settings.slo_tolerance, tolerance)
+        kept = [r for r in plateau if results[r].slo_goodput_tokens_per_second >= slo_top * (1.0 - slo_tolerance)]
+        return best, plateau, kept
+
+    best, _, kept = plateau_of(ratios)
+    centre = min(kept, key=lambda r: abs(math.log(r / prior_ratio)))
+    for r in (centre / math.sqrt(step), centre * math.sqrt(step)):
+        if r not in results:
+            results[r] = _run(server, picture, r, settings)
+    candidates = sorted(r for r in results if r != live_ratio or r in ratios)
+    best, plateau, kept = plateau_of(candidates)
+    # Of the ratios that serve as much and queue as little as the best, the one nearest the prior.
+    chosen = min(kept, key=lambda r: abs(math.log(r / prior_ratio)))
+    metric = "raw_goodput"
+    scores = {r: res.goodput_tokens_per_second for r, res in results.items()}
+
+    points = [
+        CurvePoint(
+            ratio=r, goodput=scores[r], slo_goodput=res.slo_goodput_tokens_per_second,
+            raw_goodput=res.goodput_tokens_per_second, max_running_requests=res.max_running_requests,
+            kv_capacity_tokens=res.kv_capacity_tokens, state_bound_fraction=res.state_bound_fraction,
+            kv_bound_fraction=res.kv_bound_fraction, retracted_requests=res.retracted_requests,
+            queue_time_p90=res.queue_time_p90,
+        )
+        for r, res in sorted(results.items())
+    ]
+    return ReplayCurve(
+        points=points, chosen_ratio=chosen, best_ratio=best, prior_ratio=prior_ratio,
+        width_lower=plateau[0], width_upper=plateau[-1], flat=len(kept) > 1, metric=metric,
+        requests=len(picture.requests), window_seconds=picture.window_seconds, source=picture.source,
+        live_goodput=scores.get(live_ratio) if live_ratio is not None else None, chosen_goodput=scores[chosen],
+    )
+
