@@ -85,8 +85,8 @@ def test_concurrency_chart_marks_live_and_recommended_r_on_the_model_curves(watc
     context = status.workload.effective_context_length
     curve = concurrency_curve(model, context, [rec.live_ratio, rec.ratio])
     assert curve.state_clamp[0] == pytest.approx(rec.predicted_max_running_requests_live, abs=1)
-    assert min(curve.state_clamp[1], curve.kv_capacity[1]) == pytest.approx(
-        rec.predicted_max_running_requests_recommended, rel=0.05)
+    # and at the recommended r (the replay may put it past the balance point: the clamp, not the smaller pool)
+    assert curve.state_clamp[1] == pytest.approx(rec.predicted_max_running_requests_recommended, abs=1)
 
 
 def test_context_chart_shows_the_distribution_and_its_quantiles(watched, page):
