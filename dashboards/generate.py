@@ -1,6 +1,7 @@
 """Writes both Grafana dashboards from Grafana's own typed builders (grafana-foundation-sdk): the per-server
-sglang-pool-advisor.json and the fleet sglang-pool-advisor-fleet.json. `--check` writes nothing and exits 1
-naming every committed dashboard that differs from what this writes (CI runs it)."""
+sglang-pool-advisor.json and the fleet sglang-pool-advisor-fleet.json, and the kustomize base's ConfigMap
+holding both for Grafana's dashboard sidecar. `--check` writes nothing and exits 1 naming every committed
+file that differs from what this writes (CI runs it)."""
 
 from __future__ import annotations
 
@@ -23,9 +24,15 @@ except ImportError as missing:  # a one-line answer instead of a traceback
 
 from advisor.recommend.types import DECISIONS
 
-HERE = Path(__file__).resolve().parent
-SERVER_FILE = "sglang-pool-advisor.json"
-FLEET_FILE = "sglang-pool-advisor-fleet.json"
+REPO = Path(__file__).resolve().parent.parent
+# What this writes, relative to the repository.
+SERVER_FILE = "dashboards/sglang-pool-advisor.json"
+FLEET_FILE = "dashboards/sglang-pool-advisor-fleet.json"
+CONFIGMAP_FILE = "deploy/kubernetes/grafana-dashboards.yaml"
+# Grafana's dashboard sidecar (the grafana Helm chart's k8s-sidecar) loads every ConfigMap with this label;
+# with its folderAnnotation set to grafana_folder, into this folder.
+SIDECAR_LABEL = ("grafana_dashboard", "1")
+GRAFANA_FOLDER = "SGLang"
 SERVER_UID = "sglang-pool-advisor"
 FLEET_UID = "sglang-pool-advisor-fleet"
 SERVER_DASHBOARD_URL = f"/d/{SERVER_UID}/sglang-pool-advisor"
@@ -510,30 +517,50 @@ def fleet_dashboard() -> str:
     return dashboard_json(built.build())
 
 
+# ---------------------------------------------------------------------------------------------- kubernetes
+
+def sidecar_configmap(dashboards: dict[str, str]) -> str:
+    """Both dashboards in one ConfigMap (a plain resource of the kustomize base: kustomize may only read
+    files below its own directory, and a fixed name keeps the sidecar from seeing an old copy beside a new)."""
+    label, value = SIDECAR_LABEL
+    lines = ["# Written by dashboards/generate.py with both dashboards in it: edit generate.py, not this file.",
+             "# Grafana's dashboard sidecar loads it by its label (see deploy/README.md).",
+             "apiVersion: v1", "kind: ConfigMap", "metadata:", "  name: pool-advisor-dashboards",
+             "  labels:", f'    {label}: "{value}"', "  annotations:", f"    grafana_folder: {GRAFANA_FOLDER}",
+             "data:"]
+    for path, text in dashboards.items():
+        lines.append(f"  {Path(path).name}: |")
+        lines.extend(f"    {line}" for line in text.splitlines())
+    return "\n".join(lines) + "\n"
+
+
 # ---------------------------------------------------------------------------------------------- command line
 
 def rendered() -> dict[str, str]:
-    return {SERVER_FILE: server_dashboard(), FLEET_FILE: fleet_dashboard()}
+    dashboards = {SERVER_FILE: server_dashboard(), FLEET_FILE: fleet_dashboard()}
+    return {**dashboards, CONFIGMAP_FILE: sidecar_configmap(dashboards)}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true",
                         help="write nothing; exit 1 if a committed dashboard is not what this writes")
-    parser.add_argument("--dir", type=Path, default=HERE, help="where the dashboards are (default: beside this file)")
+    parser.add_argument("--root", type=Path, default=REPO,
+                        help="the repository to write into or check (default: the one holding this file)")
     args = parser.parse_args(argv)
-    if not args.dir.is_dir():
-        parser.error(f"--dir {args.dir} is not a directory")
+    if not args.root.is_dir():
+        parser.error(f"--root {args.root} is not a directory")
     stale = []
     for name, text in rendered().items():
-        path = args.dir / name
+        path = args.root / name
         if args.check:
             if not path.is_file() or path.read_text(encoding="utf-8") != text:
                 stale.append(name)
         else:
+            path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text, encoding="utf-8")
     if stale:
-        print(f"stale dashboards: {', '.join(stale)}; run python3 dashboards/generate.py", file=sys.stderr)
+        print(f"stale: {', '.join(stale)}; run python3 dashboards/generate.py", file=sys.stderr)
         return 1
     return 0
 

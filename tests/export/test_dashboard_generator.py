@@ -1,5 +1,6 @@
-"""dashboards/generate.py, the one generator of both dashboards (Grafana's Foundation SDK): the committed
-JSON is what it writes, `--check` fails naming a stale dashboard, and the committed JSON decodes into the
+"""dashboards/generate.py, the one generator of both dashboards (Grafana's Foundation SDK) and of the
+kustomize ConfigMap holding them: the committed files are what it writes, `--check` fails naming a stale
+one, and the committed JSON decodes into the
 SDK's typed models (dashboard, each panel type's options and field config, Prometheus queries) and encodes
 back unchanged: no key Grafana's schema does not know, no value of the wrong type."""
 
@@ -12,12 +13,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from promql_refs import DASHBOARD, DASHBOARD_GENERATOR, FLEET_DASHBOARD
+from promql_refs import DASHBOARD, DASHBOARD_GENERATOR, FLEET_DASHBOARD, REPO
 
 if sys.version_info < (3, 11):
     pytest.skip("grafana-foundation-sdk needs Python >= 3.11", allow_module_level=True)
 
 DASHBOARDS = {DASHBOARD.name: "sglang-pool-advisor", FLEET_DASHBOARD.name: "sglang-pool-advisor-fleet"}
+# Everything the generator writes, relative to the repository.
+WRITTEN = ["dashboards/sglang-pool-advisor.json", "dashboards/sglang-pool-advisor-fleet.json",
+           "deploy/kubernetes/grafana-dashboards.yaml"]
 
 
 def generate(*args: str) -> subprocess.CompletedProcess[str]:
@@ -31,34 +35,34 @@ def test_committed_dashboards_are_what_the_generator_writes():
 
 
 def test_check_names_a_stale_dashboard_and_writes_nothing(tmp_path: Path):
-    for name in DASHBOARDS:
-        shutil.copy(DASHBOARD.parent / name, tmp_path / name)
-    stale = tmp_path / FLEET_DASHBOARD.name
+    for name in WRITTEN:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO / name, tmp_path / name)
+    stale = tmp_path / WRITTEN[1]
     edited = stale.read_text().replace("Top 10 predicted gains", "Top 9 predicted gains", 1)
     assert edited != stale.read_text()
     stale.write_text(edited)
-    result = generate("--check", "--dir", str(tmp_path))
+    result = generate("--check", "--root", str(tmp_path))
     assert result.returncode == 1
-    assert result.stderr.strip() == (f"stale dashboards: {FLEET_DASHBOARD.name}; "
-                                     "run python3 dashboards/generate.py")
+    assert result.stderr.strip() == f"stale: {WRITTEN[1]}; run python3 dashboards/generate.py"
     assert stale.read_text() == edited  # --check never writes
-    (tmp_path / DASHBOARD.name).unlink()  # a missing dashboard is stale too
-    result = generate("--check", "--dir", str(tmp_path))
-    assert result.returncode == 1 and DASHBOARD.name in result.stderr and FLEET_DASHBOARD.name in result.stderr
+    (tmp_path / WRITTEN[2]).unlink()  # a missing file is stale too
+    result = generate("--check", "--root", str(tmp_path))
+    assert result.returncode == 1
+    assert result.stderr.strip() == f"stale: {WRITTEN[1]}, {WRITTEN[2]}; run python3 dashboards/generate.py"
 
 
-def test_writes_both_dashboards(tmp_path: Path):
-    result = generate("--dir", str(tmp_path))
+def test_writes_both_dashboards_and_the_configmap(tmp_path: Path):
+    result = generate("--root", str(tmp_path))
     assert result.returncode == 0, result.stderr
-    assert sorted(path.name for path in tmp_path.iterdir()) == sorted(DASHBOARDS)
-    for name in DASHBOARDS:
-        assert (tmp_path / name).read_text() == (DASHBOARD.parent / name).read_text(), name
+    assert sorted(str(path.relative_to(tmp_path)) for path in tmp_path.rglob("*") if path.is_file()) == sorted(WRITTEN)
+    for name in WRITTEN:
+        assert (tmp_path / name).read_text() == (REPO / name).read_text(), name
 
 
-def test_a_missing_directory_is_a_usage_error(tmp_path: Path):
-    result = generate("--check", "--dir", str(tmp_path / "nowhere"))
+def test_a_missing_root_is_a_usage_error(tmp_path: Path):
+    result = generate("--check", "--root", str(tmp_path / "nowhere"))
     assert result.returncode == 2 and "is not a directory" in result.stderr
-    assert len(result.stderr.strip().splitlines()[-1:]) == 1
 
 
 def round_trip(document: dict) -> dict:
