@@ -13,7 +13,7 @@ import socket
 import ssl
 import sys
 import threading
-from datetime import datetime, timezone
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, quote, urlsplit
@@ -25,6 +25,7 @@ from advisor.errors import InputError
 from advisor.export.collector import SnapshotStore, build_registry
 from advisor.export.exposition import MetricsRenderer, bake_registry
 from advisor.export.svg import concurrency_chart, context_chart, history_chart
+from advisor.export.times import utc_with_age
 from advisor.export.webconfig import WebConfig
 from advisor.json_output import finite_or_none
 from advisor.status import TargetStatus
@@ -88,21 +89,30 @@ def _charted(targets: list[TargetStatus], server: str | None) -> list[TargetStat
     return sorted(targets, key=drift, reverse=True)[:CHARTED_SERVERS]
 
 
-def _server_section(store: SnapshotStore, status: TargetStatus, index: int) -> str:
+def _server_section(store: SnapshotStore, status: TargetStatus, index: int, now: float) -> str:
     rec = status.recommendation
+    history = store.history(status.server)
     charts = [
         concurrency_chart(store.model(status.server), rec, status.workload, chart_id=f"concurrency-{index}"),
         context_chart(store.context_weights(status.server), status.workload, chart_id=f"context-{index}"),
-        history_chart(store.history(status.server), chart_id=f"history-{index}"),
+        history_chart(history, chart_id=f"history-{index}"),
     ]
     reason = html.escape(rec.reason) if rec else "no recommendation yet"
+    times = [f"last successful cycle {utc_with_age(status.last_success_timestamp, now)}"]
+    if history:
+        times.append(f"the history chart ends at {utc_with_age(history[-1].time, now)}")
+    if status.last_restart_timestamp is not None:
+        times.append(f"SGLang restart seen {utc_with_age(status.last_restart_timestamp, now)}")
     return (f'<section id="server-{index}"><h2>{html.escape(status.server)}</h2><p>{reason}</p>\n'
+            f'<p>{html.escape("; ".join(times))}</p>\n'
             f'<div class="charts">{"".join(charts)}</div></section>')
 
 
-def landing_page(store: SnapshotStore, server: str | None = None) -> str:
+def landing_page(store: SnapshotStore, server: str | None = None, now: float | None = None) -> str:
     """An HTML page: per server the decision, recommended vs live ratio and binding pool, then charts for
-    `server` (or the servers furthest from their recommendation)."""
+    `server` (or the servers furthest from their recommendation). Times are UTC dates with their age at `now`
+    (default: the clock)."""
+    now = time.time() if now is None else now
     snapshot = store.snapshot()
     targets = sorted(snapshot.targets, key=lambda s: s.server)
     if targets:
@@ -110,15 +120,13 @@ def landing_page(store: SnapshotStore, server: str | None = None) -> str:
     else:
         rows = '<tr><td colspan="10">no cycle has completed yet</td></tr>'
     charted = _charted(targets, server)
-    sections = "\n".join(_server_section(store, status, index) for index, status in enumerate(charted))
+    sections = "\n".join(_server_section(store, status, index, now) for index, status in enumerate(charted))
     if server is not None and not charted:
         sections = f"<p>no server {html.escape(server)} in the last snapshot</p>"
     elif len(charted) < len(targets):
         sections = (f"<p>charts for the {len(charted)} servers furthest from their recommendation; "
                     f"click a server for its own.</p>\n" + sections)
-    generated = "never" if snapshot.generated_at is None else (
-        datetime.fromtimestamp(snapshot.generated_at, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-    )
+    generated = utc_with_age(snapshot.generated_at, now)
     return f"""<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>SGLang pool advisor</title>
 <style>body{{font-family:"DejaVu Sans",sans-serif;margin:16px}} table{{border-collapse:collapse}}

@@ -1,11 +1,14 @@
 """The deploy kit, offline: the kustomize base builds with `kubectl kustomize` and passes a structural
 schema check (kinds, selectors, ports, probes, a non-root read-only container, a config the advisor
-accepts, the PrometheusRule equal to alerts.yml); the Containerfile and the systemd unit are linted.
+accepts, the PrometheusRule equal to alerts.yml, both dashboards in a ConfigMap Grafana's sidecar picks
+up); the two-replica overlay builds; Grafana's provisioning file points at the dashboards; the
+Containerfile and the systemd unit are linted.
 Run as a script with --write to regenerate prometheusrule.yaml from alerts.yml."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
 import shutil
@@ -45,19 +48,68 @@ def _kubectl() -> str:
     pytest.skip(message)
 
 
-@pytest.fixture(scope="module")
-def built() -> dict[str, dict[str, Any]]:
-    result = subprocess.run([_kubectl(), "kustomize", str(KUSTOMIZE)], capture_output=True, text=True,
+def kustomize(directory: Path) -> list[dict[str, Any]]:
+    result = subprocess.run([_kubectl(), "kustomize", str(directory)], capture_output=True, text=True,
                             timeout=60, check=False)
     assert result.returncode == 0, result.stderr
-    documents = [doc for doc in yaml.safe_load_all(result.stdout) if doc]
-    return {doc["kind"]: doc for doc in documents}
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
 
 
-def test_the_base_has_every_kind_once(built):
+def is_dashboards(doc: dict[str, Any]) -> bool:
+    return "grafana_dashboard" in doc["metadata"].get("labels", {})
+
+
+@pytest.fixture(scope="module")
+def documents() -> list[dict[str, Any]]:
+    return kustomize(KUSTOMIZE)
+
+
+@pytest.fixture(scope="module")
+def built(documents) -> dict[str, dict[str, Any]]:
+    """The base's resources by kind, the dashboards' ConfigMap left out (it has its own test)."""
+    return {doc["kind"]: doc for doc in documents if not is_dashboards(doc)}
+
+
+def test_the_base_has_every_kind_once(documents, built):
+    assert sorted(doc["kind"] for doc in documents) == sorted(
+        ["Deployment", "Service", "ServiceMonitor", "PrometheusRule", "ConfigMap", "ConfigMap", "Secret"])
     assert set(built) == {"Deployment", "Service", "ServiceMonitor", "PrometheusRule", "ConfigMap", "Secret"}
-    for doc in built.values():
+    for doc in documents:
         assert doc["apiVersion"] and doc["metadata"]["name"] and doc["metadata"]["namespace"] == "sglang-pool-advisor"
+
+
+def test_dashboards_configmap_is_for_grafanas_sidecar(documents):
+    (configmap,) = [doc for doc in documents if is_dashboards(doc)]
+    assert configmap["kind"] == "ConfigMap" and configmap["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert configmap["metadata"]["name"] == "pool-advisor-dashboards"  # fixed: no old copy beside a new one
+    dashboards = sorted((REPO / "dashboards").glob("*.json"))
+    assert [path.name for path in dashboards] == sorted(configmap["data"])
+    for path in dashboards:
+        assert configmap["data"][path.name] == path.read_text(), "stale: run python3 dashboards/generate.py"
+        assert json.loads(configmap["data"][path.name])["uid"] == path.stem
+
+
+def test_replicas_are_a_knob_the_two_replica_overlay_sets(built):
+    spec = built["Deployment"]["spec"]
+    assert spec["replicas"] == 1
+    # never two pods of one replica at once, and at 2 replicas one keeps exporting during a rollout
+    assert spec["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}}
+    overlay = kustomize(DEPLOY / "overlays" / "two-replicas")
+    (deployment,) = [doc for doc in overlay if doc["kind"] == "Deployment"]
+    assert deployment["spec"]["replicas"] == 2
+    assert sorted(doc["kind"] for doc in overlay) == sorted(doc["kind"] for doc in kustomize(KUSTOMIZE))
+    terms = deployment["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"][
+        "preferredDuringSchedulingIgnoredDuringExecution"]
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert terms[0]["podAffinityTerm"]["labelSelector"]["matchLabels"].items() <= pod_labels.items()
+
+
+def test_grafana_provisioning_is_a_file_provider():
+    document = yaml.safe_load((DEPLOY / "grafana" / "dashboards.yaml").read_text())
+    assert document["apiVersion"] == 1
+    (provider,) = document["providers"]
+    assert provider["type"] == "file" and provider["options"]["path"].startswith("/")
+    assert provider["allowUiUpdates"] is False  # the dashboards are generated: UI edits would be lost
 
 
 def test_deployment_runs_non_root_read_only_and_probes_healthz(built):

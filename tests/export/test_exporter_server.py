@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from advisor.errors import InputError
 from advisor.export.collector import SnapshotStore
-from advisor.export.server import ExporterServer
+from advisor.export.server import ExporterServer, landing_page
 
 NOW = 1_790_000_030.0
 
@@ -60,6 +60,29 @@ def test_landing_page_shows_decision_ratios_pool_and_links(exporter):
     assert "raise_ratio" in row and "1.6" in row and "0.9" in row and "state → balanced" in row
     assert 'href="/metrics"' in page and 'href="/status"' in page
     assert "10.0.0.8:30000" in page and "down" in page
+
+
+def test_landing_page_writes_times_as_utc_dates_with_their_age(store):
+    status = drifted_status()
+    status.last_restart_timestamp = NOW - 3 * 3600
+    store.record_cycle(status, now=NOW - 60)
+    store.record_cycle(status, now=NOW)
+    store.publish([status], now=NOW)
+    page = landing_page(store, now=NOW + 42)
+    assert "Last snapshot: 2026-09-21 14:13:50 UTC (42 s ago)." in page
+    # drifted_status's last success is 30 s before the snapshot; the history ends at the last cycle
+    assert "last successful cycle 2026-09-21 14:13:20 UTC (72 s ago)" in page
+    assert "the history chart ends at 2026-09-21 14:13:50 UTC (42 s ago)" in page
+    assert "SGLang restart seen 2026-09-21 11:13:50 UTC (3 h ago)" in page
+    for moment in (NOW, NOW - 30, NOW - 3 * 3600):  # never as raw unix seconds
+        assert f"{moment:.0f}" not in page and f"{moment}" not in page
+
+
+def test_landing_page_over_http_dates_the_snapshot(exporter):
+    page = requests.get(f"{exporter.url}/", timeout=5).text
+    assert "Last snapshot: 2026-09-21 14:13:50 UTC (" in page and " ago)." in page
+    assert "last successful cycle 2026-09-21 14:13:20 UTC (" in page
+    assert "last successful cycle never" in page  # the unreachable server never had one
 
 
 def test_landing_page_escapes_html_and_handles_empty_store():
