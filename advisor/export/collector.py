@@ -249,6 +249,18 @@ _GAUGES: tuple[tuple[str, str, StatusField], ...] = (
         _from_recommendation(lambda r: r.predicted_gain_ratio),
     ),
     (
+        "predicted_goodput_gain_ratio",
+        "Goodput the what-if replay of the server's recent traffic predicts at the recommended ratio divided by "
+        "its goodput at the live ratio (1 = no gain).",
+        _from_recommendation(lambda r: r.predicted_goodput_gain_ratio),
+    ),
+    (
+        "goodput_curve_width_ratio",
+        "Upper over lower end of the ratio range whose replayed goodput is within noise of the best "
+        "(how much the exact ratio matters; 1 = a sharp optimum).",
+        _from_recommendation(lambda r: r.goodput_curve_width_ratio),
+    ),
+    (
         "observed_max_running_requests",
         "max_running_requests the server reports per DP worker (its effective concurrency clamp).",
         _from_recommendation(lambda r: r.observed_max_running_requests),

@@ -60,6 +60,8 @@ def drifted_status(
             kv_capacity_requests_live=128.3,
             kv_capacity_requests_recommended=92.4,
             predicted_gain_ratio=83 / 51,
+            predicted_goodput_gain_ratio=1.07,
+            goodput_curve_width_ratio=1.3,
             token_equiv=4080.0,
             slots_per_request=5,
             recommended_max_mamba_cache_size=None,

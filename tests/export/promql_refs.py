@@ -22,10 +22,7 @@ DASHBOARD_GENERATOR = REPO / "dashboards" / "generate.py"
 # Expected-pending: metrics a dashboard panel queries before the advisor exports them (the what-if replay's).
 # Their queries must still parse and run against a real Prometheus; they need not return data, nor be
 # exported yet. Remove a name here once the collector exports it (test_dashboard fails until you do).
-PENDING_METRICS = {
-    "sglang_advisor_predicted_goodput_gain_ratio",
-    "sglang_advisor_goodput_curve_width_ratio",
-}
+PENDING_METRICS: set[str] = set()
 
 _KEYWORDS = {"and", "or", "unless", "bool", "offset", "by", "without", "on", "ignoring", "group_left",
              "group_right", "inf", "nan", "Inf", "NaN"}
