@@ -27,7 +27,7 @@ CHECKPOINT_VERSION = 1
 FEATURES = ("decode_base_seconds", "decode_per_request_seconds", "decode_per_kv_token_seconds",
             "prefill_base_seconds", "prefill_per_token_seconds")
 # The pull toward the scaled default, relative to the data's own weight (trace of the normal matrix).
-RIDGE = 0.02
+RIDGE = 0.002
 # A fitted coefficient stays within this factor of the scaled default.
 COEFFICIENT_RANGE = 10.0
 

@@ -24,7 +24,7 @@ from advisor import __version__
 from advisor.errors import InputError
 from advisor.export.collector import SnapshotStore, build_registry
 from advisor.export.exposition import MetricsRenderer, bake_registry
-from advisor.export.svg import concurrency_chart, context_chart, history_chart
+from advisor.export.svg import concurrency_chart, context_chart, goodput_chart, history_chart
 from advisor.export.times import utc_with_age
 from advisor.export.webconfig import WebConfig
 from advisor.json_output import finite_or_none
@@ -94,6 +94,7 @@ def _server_section(store: SnapshotStore, status: TargetStatus, index: int, now:
     history = store.history(status.server)
     charts = [
         concurrency_chart(store.model(status.server), rec, status.workload, chart_id=f"concurrency-{index}"),
+        goodput_chart(rec, chart_id=f"goodput-{index}"),
         context_chart(store.context_weights(status.server), status.workload, chart_id=f"context-{index}"),
         history_chart(history, chart_id=f"history-{index}"),
     ]

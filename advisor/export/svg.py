@@ -207,6 +207,33 @@ def concurrency_chart(model: Any, rec: Recommendation | None, workload: Workload
     return _frame(title, axes, "--mamba-full-memory-ratio r (log scale)", "requests per DP worker", body, legend, chart_id)
 
 
+def goodput_chart(rec: Recommendation | None, chart_id: str = "goodput") -> str:
+    """The what-if replay's curve: goodput of the server's recent traffic replayed at each candidate r, with the
+    plateau within noise of the best shaded, and the live and recommended r."""
+    title = "Replayed goodput against --mamba-full-memory-ratio"
+    if rec is None or len(rec.goodput_curve) < 2:
+        return _empty(title, "no replay yet: it needs the pool sizes and enough observed requests", chart_id)
+    ratios = [r for r, _ in rec.goodput_curve]
+    values = [g for _, g in rec.goodput_curve]
+    marks = [value for value in (rec.live_ratio, rec.ratio) if value]
+    low, high = min([*ratios, *marks]) / 1.2, max([*ratios, *marks]) * 1.2
+    axes = _Axes(low, high, 0.0, max(max(values) * 1.25, 1.0), x_log=True)
+    body: list[str] = []
+    if rec.ratio and rec.goodput_curve_width_ratio and rec.ratio_lower and rec.ratio_upper:
+        x0, x1 = axes.x(rec.ratio_lower), axes.x(rec.ratio_upper)
+        body.append(f'<rect x="{x0:.1f}" y="{MARGIN_TOP}" width="{max(x1 - x0, 1):.1f}" '
+                    f'height="{HEIGHT - MARGIN_TOP - MARGIN_BOTTOM}" fill="{RECOMMENDED_COLOUR}" fill-opacity="0.12"/>')
+    body.append(_polyline([(axes.x(r), axes.y(g)) for r, g in rec.goodput_curve], STATE_COLOUR))
+    body.extend(f'<circle cx="{axes.x(r):.1f}" cy="{axes.y(g):.1f}" r="3" fill="{STATE_COLOUR}"/>'
+                for r, g in rec.goodput_curve)
+    if rec.live_ratio:
+        body.extend(_vertical(axes, rec.live_ratio, LIVE_COLOUR, f"live r {rec.live_ratio:.3g}", dash="5,4"))
+    if rec.ratio:
+        body.extend(_vertical(axes, rec.ratio, RECOMMENDED_COLOUR, f"recommended r {rec.ratio:.3g}", row=1))
+    legend = [("replayed goodput (output tokens/s)", STATE_COLOUR)]
+    return _frame(title, axes, "--mamba-full-memory-ratio r (log scale)", "output tokens/s", body, legend, chart_id)
+
+
 def _regrouped(weights: Sequence[float], group: int) -> list[tuple[float, float, float]]:
     """(start, end, weight) bins of `group` histogram buckets each, empty bins at the ends dropped."""
     bins = []

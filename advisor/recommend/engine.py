@@ -201,8 +201,7 @@ def _recommend(model: ServerModel, picture: WorkloadPicture, settings: Recommend
         # The replayed curve decides; its plateau (the ratios within its noise of the best) is the hold band.
         target = replay.chosen_ratio
         factor = target / r_center
-        rec.ratio_lower = min(replay.width_lower, target * math.exp(-band))
-        rec.ratio_upper = max(replay.width_upper, target * math.exp(band))
+        rec.ratio_lower, rec.ratio_upper = min(replay.width_lower, target), max(replay.width_upper, target)
         rec.predicted_goodput_gain_ratio = replay.gain
         rec.goodput_curve_width_ratio = replay.width_ratio
         rec.goodput_curve = [(p.ratio, p.goodput) for p in replay.points]
@@ -287,9 +286,14 @@ def _reason(
     if code == "inside_bounds":
         return f"live r {rec.live_ratio:.3g} is inside [{rec.ratio_lower:.3g}, {rec.ratio_upper:.3g}]; " + why
     if code == "gain_below_threshold":
+        if rec.predicted_goodput_gain_ratio is not None:
+            return (f"the replay predicts {(rec.predicted_goodput_gain_ratio - 1) * 100:+.1f}% goodput, below the "
+                    f"{settings.min_goodput_gain:.0%} worth a restart; " + why)
         return f"predicted gain is below the {settings.min_gain:.0%} worth a restart; " + why
     live = rec.live_ratio or 0.0
     binds = f"the {rec.binding_pool_live} pool binds at the live r {live:.3g}" if rec.binding_pool_live else f"live r {live:.3g}"
     gain = rec.predicted_gain_ratio
     gain_text = f" (+{(gain - 1) * 100:.0f}% concurrency)" if gain else ""
+    if rec.predicted_goodput_gain_ratio is not None:
+        gain_text = f" ({(rec.predicted_goodput_gain_ratio - 1) * 100:+.1f}% replayed goodput)"
     return f"{binds}; r {rec.ratio:.3g}{gain_text}: {why}"

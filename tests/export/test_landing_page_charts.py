@@ -161,3 +161,16 @@ def test_the_daemon_times_every_step_of_its_cycles(watched, page):
     for step in ("logs", "metrics", "recommend", "target", "cycle", "checkpoint"):
         assert counts[step] == cycles, (step, counts)
     assert 1 <= counts["server_info"] <= cycles  # refreshed every server_info_every cycles or when due
+
+
+def test_goodput_chart_draws_the_replayed_curve_with_live_and_recommended_r(watched, page):
+    rec = watched.store.latest()[0].recommendation
+    assert rec is not None and len(rec.goodput_curve) >= 5  # the replay ran on the demo traffic
+    chart = _svgs(page[0])["goodput-0"]
+    texts = _texts(chart)
+    assert f"live r {rec.live_ratio:.3g}" in texts and f"recommended r {rec.ratio:.3g}" in texts
+    assert len(list(chart.iter(f"{SVG_NS}circle"))) == len(rec.goodput_curve)  # one mark per replayed ratio
+    # the recommended r sits on the plateau the replay found
+    best = max(g for _, g in rec.goodput_curve)
+    chosen = dict(rec.goodput_curve)[rec.ratio]
+    assert chosen >= best * 0.97

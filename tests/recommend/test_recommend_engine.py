@@ -153,3 +153,37 @@ def test_the_assumed_decode_lock_skip_is_said_and_a_configured_one_is_not():
     skipping = ServerModel(serving=ServingConfig(strategy="extra_buffer_lazy").with_skip_decode_lock(True),
                            constants=CONSTANTS, rest_bytes=REST)
     assert recommend(skipping, picture, RecommenderSettings()).slots_per_request == assumed.slots_per_request - 1
+
+
+def _curve(points, chosen, live, lower, upper, prior):
+    from advisor.recommend.replay import CurvePoint, ReplayCurve
+
+    made = [CurvePoint(ratio=r, goodput=g, slo_goodput=g, raw_goodput=g, max_running_requests=0, kv_capacity_tokens=0,
+                       state_bound_fraction=0.0, kv_bound_fraction=0.0, retracted_requests=0, queue_time_p90=0.0)
+            for r, g in points]
+    goodput = dict(points)
+    return ReplayCurve(points=made, chosen_ratio=chosen, best_ratio=chosen, prior_ratio=prior, width_lower=lower,
+                       width_upper=upper, flat=False, metric="raw_goodput", requests=1000, window_seconds=1800,
+                       source="test", live_goodput=goodput[live], chosen_goodput=goodput[chosen])
+
+
+@pytest.mark.parametrize(
+    ("points", "chosen", "decision", "code"),
+    [
+        # the replay's best is well below the closed form: lower r, whatever r* says
+        ([(0.3, 900.0), (0.5, 1000.0), (0.9, 1200.0), (1.5, 1400.0), (3.0, 1100.0)], 1.5, "raise_ratio",
+         "state_pool_short"),
+        ([(0.3, 1300.0), (0.5, 1400.0), (0.9, 1200.0), (1.5, 1000.0), (3.0, 800.0)], 0.5, "lower_ratio", "kv_pool_short"),
+        # a gain under min_goodput_gain is not worth a restart
+        ([(0.3, 1000.0), (0.5, 1010.0), (0.9, 1000.0), (1.5, 990.0), (3.0, 900.0)], 0.5, "hold", "gain_below_threshold"),
+    ],
+)
+def test_the_replayed_curve_decides_the_ratio_and_its_gain_the_decision(points, chosen, decision, code):
+    est, now = run([[(8192, 1024)] * 600])
+    picture = picture_of(est, now)
+    picture.replay = _curve(points, chosen, live=0.9, lower=chosen / 1.1, upper=chosen * 1.1, prior=1.7)
+    rec = recommend(model(strategy="extra_buffer_lazy", mamba_full_memory_ratio=0.9), picture, RecommenderSettings())
+    assert rec.ratio == pytest.approx(chosen)
+    assert (rec.decision, rec.reason_code) == (decision, code)
+    assert rec.predicted_goodput_gain_ratio == pytest.approx(dict(points)[chosen] / dict(points)[0.9])
+    assert rec.goodput_curve == points

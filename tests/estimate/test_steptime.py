@@ -1,0 +1,67 @@
+"""The step-time fit: samples printed by a server with known costs give those costs back."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from advisor.estimate.steptime import StepSample, StepTimeEstimator
+from advisor.scheduler.costmodel import CostModel
+
+
+def _samples(truth: CostModel, rng, count: int, *, spread: bool = True) -> list[StepSample]:
+    out = []
+    for _ in range(count):
+        batch = float(rng.integers(4, 120)) if spread else 40.0
+        kv = float(rng.uniform(1e4, 8e5)) if spread else 2e5
+        prefills = float(rng.integers(0, 4)) if spread else 0.0
+        tokens = prefills * float(rng.uniform(500, 8000))
+        steps = 40.0
+        decode = truth.decode_base_seconds + truth.decode_per_request_seconds * batch + truth.decode_per_kv_token_seconds * kv
+        prefill = prefills * truth.prefill_base_seconds + truth.prefill_per_token_seconds * tokens
+        seconds_per_step = decode + prefill / steps
+        out.append(StepSample(batch=batch, kv_tokens=kv, gen_throughput=batch / seconds_per_step, steps=steps,
+                              prefill_batches=prefills, prefill_tokens=tokens))
+    return out
+
+
+def test_a_server_four_times_slower_is_fitted_as_such():
+    default = CostModel()
+    truth = dataclasses.replace(default, decode_base_seconds=0.05, decode_per_request_seconds=0.0004,
+                                decode_per_kv_token_seconds=1.0e-8, prefill_base_seconds=0.03,
+                                prefill_per_token_seconds=8.0e-5)
+    estimator = StepTimeEstimator()
+    assert estimator.observe(100.0, _samples(truth, np.random.default_rng(1), 400)) == 400
+    fit = estimator.fit()
+    assert fit is not None and fit.speed_factor > 2.5
+    for name in ("decode_base_seconds", "decode_per_request_seconds", "decode_per_kv_token_seconds",
+                 "prefill_per_token_seconds"):
+        assert getattr(fit.cost, name) == pytest.approx(getattr(truth, name), rel=0.1), name
+
+
+def test_a_steady_batch_still_gives_the_overall_speed():
+    truth = dataclasses.replace(CostModel(), decode_base_seconds=0.036, decode_per_request_seconds=0.00045,
+                                decode_per_kv_token_seconds=6e-9)
+    estimator = StepTimeEstimator()
+    estimator.observe(0.0, _samples(truth, np.random.default_rng(2), 50, spread=False))
+    fit = estimator.fit()
+    assert fit is not None
+    a, _ = fit.cost.decode_linear(40, 2e5, 0.0)
+    b, _ = truth.decode_linear(40, 2e5, 0.0)
+    assert a == pytest.approx(b, rel=0.02)  # collinear data: the step time at what was seen is right
+
+
+def test_unreadable_samples_are_skipped_and_nothing_gives_no_fit():
+    estimator = StepTimeEstimator()
+    assert estimator.fit() is None
+    bad = [StepSample(0, 0, 10.0, 40), StepSample(10, 1e5, 0.0, 40), StepSample(10, float("nan"), 100.0, 40)]
+    assert estimator.observe(0.0, bad) == 0 and estimator.fit() is None
+
+
+def test_checkpoint_round_trip_gives_the_same_fit():
+    estimator = StepTimeEstimator()
+    estimator.observe(5.0, _samples(CostModel(), np.random.default_rng(3), 30))
+    restored = StepTimeEstimator.from_dict(estimator.to_dict())
+    assert restored.fit() == estimator.fit()
+    with pytest.raises(ValueError):
+        StepTimeEstimator.from_dict({**estimator.to_dict(), "version": 99})

@@ -1,0 +1,68 @@
+"""The traffic picture: what a replay is fed, from request logs or from per-interval metrics."""
+
+import numpy as np
+import pytest
+
+from advisor.estimate.traffic import UNSET_MAX_NEW_TOKENS, ExactRequest, TrafficEstimator, TrafficSettings
+
+PROMPT_BOUNDS = (1000.0, 4000.0, 16000.0, 64000.0, float("inf"))
+OUTPUT_BOUNDS = (128.0, 512.0, 2048.0, float("inf"))
+
+
+def test_bins_keep_arrivals_and_each_bins_own_lengths():
+    traffic = TrafficEstimator(TrafficSettings(window_seconds=600))
+    traffic.observe_interval(0.0, 30.0, finished=0, in_system=4)  # the baseline
+    # 10 bins of chat, then 10 bins of long documents: a burst the picture must keep in time
+    for index in range(20):
+        docs = index >= 10
+        prompt_counts = [0, 0, 0, 30, 0] if docs else [30, 0, 0, 0, 0]
+        traffic.observe_interval(30.0 * (index + 1), 30.0, finished=30, in_system=4 + index % 2,
+                                 prompt_bounds=PROMPT_BOUNDS, prompt_counts=prompt_counts,
+                                 prompt_sum=30 * (40000 if docs else 600),
+                                 generation_bounds=OUTPUT_BOUNDS, generation_counts=[0, 30, 0, 0], generation_sum=30 * 300)
+    picture = traffic.picture(seed=1)
+    assert picture is not None and picture.source == "metrics"
+    times = np.array([r.time for r in picture.requests])
+    inputs = np.array([r.input_tokens for r in picture.requests])
+    assert len(picture.requests) == pytest.approx(20 * 30 + 4, abs=2)  # arrivals = finished + change in flight
+    assert picture.backlog == 4
+    early, late = inputs[times < 290], inputs[times > 310]
+    assert early.mean() == pytest.approx(600, rel=0.05) and late.mean() == pytest.approx(40000, rel=0.05)
+    assert all(r.max_new_tokens == UNSET_MAX_NEW_TOKENS for r in picture.requests)
+
+
+def test_the_window_drops_old_bins():
+    traffic = TrafficEstimator(TrafficSettings(window_seconds=100))
+    traffic.observe_interval(0.0, 10.0, finished=0, in_system=0)
+    for index in range(50):
+        traffic.observe_interval(10.0 * (index + 1), 10.0, finished=5, in_system=0, prompt_bounds=PROMPT_BOUNDS,
+                                 prompt_counts=[5, 0, 0, 0, 0], prompt_sum=2500, generation_bounds=OUTPUT_BOUNDS,
+                                 generation_counts=[5, 0, 0, 0], generation_sum=300)
+    picture = traffic.picture()
+    assert picture is not None and picture.window_seconds == pytest.approx(100.0)
+    assert len(picture.requests) == pytest.approx(50, abs=1)
+
+
+def test_exact_requests_are_replayed_in_arrival_order_with_their_own_lengths():
+    traffic = TrafficEstimator(TrafficSettings(window_seconds=100))
+    # finish order differs from arrival order (a long request that arrived first finishes last)
+    records = [ExactRequest(arrival=1000.0 + t, input_tokens=100 + t, output_tokens=10, max_new_tokens=None)
+               for t in range(90, 0, -1)]
+    records.append(ExactRequest(arrival=1000.0, input_tokens=50000, output_tokens=4000, max_new_tokens=8192))
+    assert traffic.observe_requests(records) == 91
+    picture = traffic.picture()
+    assert picture is not None and picture.source == "request_log"
+    assert [r.time for r in picture.requests] == sorted(r.time for r in picture.requests)
+    assert picture.requests[0].time == 0.0 and picture.requests[0].input_tokens == 50000
+    assert picture.requests[0].max_new_tokens == 8192
+    assert picture.requests[1].max_new_tokens == UNSET_MAX_NEW_TOKENS
+
+
+def test_checkpoint_round_trip_keeps_the_picture():
+    traffic = TrafficEstimator()
+    traffic.observe_interval(0.0, 30.0, finished=0, in_system=2)
+    traffic.observe_interval(30.0, 30.0, finished=40, in_system=3, prompt_bounds=PROMPT_BOUNDS,
+                             prompt_counts=[40, 0, 0, 0, 0], prompt_sum=20000, generation_bounds=OUTPUT_BOUNDS,
+                             generation_counts=[0, 40, 0, 0], generation_sum=8000)
+    restored = TrafficEstimator.from_dict(traffic.to_dict())
+    assert restored.picture(seed=3) == traffic.picture(seed=3)

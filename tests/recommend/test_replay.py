@@ -1,0 +1,57 @@
+"""The what-if replay: the observed traffic through the scheduler model at candidate ratios."""
+
+
+
+import pytest
+
+from advisor.estimate.traffic import TrafficPicture
+from advisor.recommend.replay import replay_curve
+from advisor.scheduler.engine import simulate
+from advisor.scheduler.types import RequestSpec
+from advisor.sim.config import load_server_config
+from advisor.sim.workload import workload_from_dict
+
+
+def _chat(rate: float) -> dict:
+    return {
+        "name": "chat",
+        "arrival": {"process": "poisson", "rate": rate},
+        "classes": [{"name": "chat", "input": {"median": 1500, "sigma": 0.6},
+                     "output": {"median": 500, "sigma": 0.5, "max": 2048}, "max_new_tokens": {"fixed": 2048}}],
+    }
+
+
+def test_near_capacity_the_replay_leaves_the_state_bound_default_for_a_ratio_that_serves_more():
+    server = load_server_config("default")
+    workload = workload_from_dict(_chat(3.5))
+    picture = TrafficPicture(workload.requests(4, 900), 900.0, "test")
+    curve = replay_curve(server, picture, prior_ratio=3.0, live_ratio=0.5)
+    assert curve is not None
+    by_ratio = {p.ratio: p for p in curve.points}
+    assert by_ratio[0.5].state_bound_fraction > 0.9  # the live split queues on its clamp
+    assert curve.gain is not None and curve.gain > 1.05
+    chosen = by_ratio[curve.chosen_ratio]
+    assert chosen.raw_goodput >= max(p.raw_goodput for p in curve.points) * 0.98
+    # the choice holds on traffic the replay did not see (another draw of the same process)
+    unseen = workload.requests(5, 900)
+    at = {r: simulate(server.with_ratio(r), workload, duration=900, warmup=90, arrivals=unseen).goodput_tokens_per_second
+          for r in (0.5, curve.chosen_ratio)}
+    assert at[curve.chosen_ratio] > at[0.5] * 1.05
+
+
+def test_where_every_ratio_serves_the_traffic_the_prior_decides_not_the_grid_end():
+    server = load_server_config("default")
+    workload = workload_from_dict(_chat(0.3))  # underload: every split serves everything at once
+    picture = TrafficPicture(workload.requests(2, 900), 900.0, "test")
+    prior = 4.0
+    curve = replay_curve(server, picture, prior_ratio=prior, live_ratio=0.9)
+    assert curve is not None and curve.flat
+    assert curve.width_lower < prior < curve.width_upper
+    assert curve.chosen_ratio == pytest.approx(prior)
+    assert curve.gain == pytest.approx(1.0, abs=0.02)
+
+
+def test_too_few_requests_give_no_curve():
+    server = load_server_config("default")
+    picture = TrafficPicture([RequestSpec(float(t), 100, 10, 100) for t in range(10)], 60.0, "test")
+    assert replay_curve(server, picture, prior_ratio=2.0, live_ratio=0.9) is None
