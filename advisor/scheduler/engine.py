@@ -37,7 +37,7 @@ import heapq
 import math
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -63,6 +63,9 @@ MIN_NEW_TOKEN_RATIO_FACTOR = 0.14
 NEW_TOKEN_RATIO_DECAY_STEPS = 600
 RETRACT_DECODE_STEPS = 20
 CLIP_MAX_NEW_TOKENS = 4096
+# A request whose client set no max_tokens: the scheduler reads max_new_tokens=None as 1 << 30
+# (`managers/scheduler.py` init_req_max_new_tokens, 2695-2699) before clipping it.
+UNSET_MAX_NEW_TOKENS = 1 << 30
 # Goodput counts the output tokens of requests whose total queue time (first wait plus every wait after a
 # retraction) stays within this bound: a state-bound server pays for the queue it builds, a KV-bound one for
 # its retractions (recomputation and requeueing), and neither earns credit for work its users gave up on.
@@ -96,18 +99,18 @@ class _Req:
         "computed",
         "kv_own",
         "holds_group",
+        "extends_prefix",
         "shared",
         "slot",
         "finish_step",
     )
 
-    def __init__(self, index: int, rid: str, spec: RequestSpec, context_len: int) -> None:
+    def __init__(self, index: int, rid: str, spec: RequestSpec, max_new: int) -> None:
         self.index = index
         self.rid = rid
         self.arrival = spec.time
         self.input_tokens = max(1, spec.input_tokens)
-        # The tokenizer refuses inputs over the context and caps max_new_tokens at the rest of it.
-        self.max_new = max(1, min(spec.max_new_tokens, context_len - self.input_tokens))
+        self.max_new = max(1, max_new)
         self.target = max(1, min(spec.output_tokens, self.max_new))
         self.group = spec.prefix_group
         self.prefix_tokens = min(spec.prefix_tokens, self.input_tokens - 1) if spec.prefix_group else 0
@@ -120,6 +123,7 @@ class _Req:
         self.computed = 0  # fill tokens already prefilled in the current admission (beyond the prefix)
         self.kv_own = 0  # KV tokens this request holds outside a shared prefix (while not decoding)
         self.holds_group = False
+        self.extends_prefix = spec.extends_prefix and spec.prefix_group is not None
         self.shared = 0  # tokens of the group prefix this request locks (counted once, in the cache)
         self.slot = -1
         self.finish_step = -1
@@ -302,14 +306,7 @@ class Simulator:
         Returns its rid. Extension beyond the shared interface.
         """
         time = max(spec.time, self._horizon, self.clock)
-        spec = RequestSpec(
-            time,
-            spec.input_tokens,
-            spec.output_tokens,
-            spec.max_new_tokens,
-            spec.prefix_group,
-            spec.prefix_tokens,
-        )
+        spec = replace(spec, time=time)
         rid = f"{self.dp_rank:04x}f{self._inject_seq:027x}"
         heapq.heappush(self._injected, (time, self._inject_seq, spec, rid))
         self._inject_seq += 1
@@ -330,16 +327,41 @@ class Simulator:
         Pulling early never changes a decision (the queue is read only when the scheduler decides,
         and a planned decode run already stops at the first arrival that could be admitted), so
         `advance` and the log ticks pull eagerly to report the queue as of their time."""
-        context = self.server.model_context_len
         while self._next_arrival_time() <= until:
             spec, rid = self._pop_arrival()
-            req = _Req(self._issued, rid or self._rid(self._issued), spec, context)
+            refused, max_new = self._admit_limits(spec)
+            req = _Req(self._issued, rid or self._rid(self._issued), spec, max_new)
             self._issued += 1
             self.acc.arrived += 1
-            if spec.input_tokens >= context:
+            if refused:
                 self._finish(req, spec.time, aborted=True, events=events)
                 continue
             self.queue.append(req)
+
+    def _admit_limits(self, spec: RequestSpec) -> tuple[bool, int]:
+        """(refused, max_new_tokens as the scheduler keeps it) for an arriving request.
+
+        SGLang 0.5.23: the tokenizer refuses an input of >= context_length tokens, and (with
+        --allow-auto-truncate off, the default) a client-set max_new_tokens with input + max_new over
+        the context (`managers/tokenizer_manager.py` 1338-1378); the scheduler refuses inputs of
+        >= max_req_input_len = max_req_len - 5 (`managers/scheduler.py` 3231, `tp_worker.py` 568-572),
+        where max_req_len = min(context_length - 1, KV capacity - 1), then clips max_new_tokens (None,
+        i.e. a client without max_tokens, reads as 1 << 30) to max_req_len - input - 1 and to the
+        empty pool, capacity - paged input - page - 1 (`scheduler.py` init_req_max_new_tokens
+        2693-2736, `mem_cache/allocator/base.py` max_new_tokens_for_memory 88-105)."""
+        context = self.server.model_context_len
+        tokens = max(1, spec.input_tokens)
+        requested = spec.max_new_tokens
+        client_set = requested < UNSET_MAX_NEW_TOKENS
+        max_req_len = min(context - 1, self.capacity - 1)
+        paged = -(-tokens // self.page) * self.page
+        max_new = min(requested, max_req_len - tokens - 1, self.capacity - paged - self.page - 1)
+        refused = (
+            tokens >= context
+            or (client_set and tokens + requested > context)
+            or tokens >= max_req_len - 5
+        )
+        return refused, max(1, max_new)
 
     # ------------------------------------------------------------------ pool accounting
 
@@ -722,6 +744,7 @@ class Simulator:
                     self._lock_group(req)
             if req.generated >= req.target:
                 self._release_kv(req)
+                self._cache_finished(req)
                 self._finish(req, self.clock, aborted=False, events=events)
             else:
                 self._join_running(req)
@@ -731,6 +754,24 @@ class Simulator:
     def _release_kv(self, req: _Req) -> None:
         req.kv_own = 0
         self._unlock_group(req)
+
+    def _cache_finished(self, req: _Req) -> None:
+        """A finished conversation turn leaves its sequence in the radix cache as its session's prefix
+        (`mem_cache` cache_finished_req inserts the finished request; retracted requests are released
+        without inserting, `managers/schedule_batch.py` release_req). Its KV was just freed, so the
+        grown prefix is evictable; a prefix other running turns still lock is left as it is."""
+        if not (self.radix and req.extends_prefix):
+            return
+        group = req.group
+        assert group is not None
+        tokens = req.fill_len - 1  # the last sampled token has no KV yet
+        cached = self._cached.get(group)
+        if self._refs.get(group, 0) > 0 or (cached is not None and cached >= tokens):
+            return
+        self._evictable += tokens - (cached or 0)
+        self._cached[group] = tokens
+        self._refs[group] = 0
+        self._cached.move_to_end(group)
 
     def _join_running(self, req: _Req) -> None:
         slot = self._free_slots.pop()
@@ -1012,6 +1053,7 @@ class Simulator:
                 continue
             self._leave_running(req)
             self._release_kv(req)
+            self._cache_finished(req)
             self._finish(req, self.clock, aborted=False, events=events)
 
     def _integrate_flat(self, duration: float, start: float) -> None:

@@ -24,6 +24,10 @@ class RequestSpec:
     max_new_tokens: int  # the client's cap, the scheduler reserves against it
     prefix_group: str | None = None  # requests of a group share a cached prefix (radix reuse)
     prefix_tokens: int = 0  # length of that shared prefix (< input_tokens)
+    # A conversation turn: once it finishes, its whole sequence (input + output) is what the group's
+    # cached prefix holds, as SGLang's radix cache inserts a finished request (cache_finished_req); the
+    # next turn of the session then matches it. False for a fixed shared prefix (a system prompt).
+    extends_prefix: bool = False
 
 
 

@@ -1,15 +1,16 @@
 """Workloads for the simulator: when requests arrive and how long they are, from YAML files
-(parametric mixtures under poisson / on-off / diurnal arrivals, phases and spikes) or replayed
-SGLang request logs; generation is vectorised and deterministic under a seed.
+(parametric mixtures under poisson / on-off / diurnal arrivals, phases, spikes and multi-turn sessions
+whose shared prefix grows turn by turn) or replayed SGLang request logs; deterministic under a seed.
 """
 
 from __future__ import annotations
 
+import heapq
 import json
 import math
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from itertools import pairwise
 from pathlib import Path
@@ -27,6 +28,10 @@ DEFAULT_WORKLOAD = "bimodal-chat-docs"
 # requests however the caller slices time.
 BLOCK_SECONDS = 60.0
 DEFAULT_MAX_NEW_TOKENS = 8192
+# A client that does not set max_tokens: the OpenAI server passes max_new_tokens=None
+# (entrypoints/openai/protocol.py to_sampling_params), and the scheduler reads None as 1 << 30 before
+# clipping it to the context and the KV pool (managers/scheduler.py init_req_max_new_tokens).
+UNSET_MAX_NEW_TOKENS = 1 << 30
 # Timestamp-less replays (the --export-metrics-to-file format) arrive as poisson at this rate
 # unless `replay.rate` says otherwise.
 DEFAULT_REPLAY_RATE = 1.0
@@ -119,17 +124,24 @@ def _length(data: Any, where: str) -> LengthDist:
 
 @dataclass(frozen=True)
 class MaxNewPolicy:
-    """How a class sets max_new_tokens: a fixed cap, or a multiple of the real output."""
+    """How a class sets max_new_tokens: a fixed cap, or a multiple of the real output; a share
+    `unset_fraction` of its clients send no max_tokens at all (UNSET_MAX_NEW_TOKENS)."""
 
     fixed: int | None = None
     multiple: float | None = None
     minimum: int = 1
+    unset_fraction: float = 0.0
 
-    def apply(self, output: np.ndarray) -> np.ndarray:
+    def apply(self, output: np.ndarray, rng: np.random.Generator | None = None) -> np.ndarray:
         if self.fixed is not None:
-            return np.full(output.shape, self.fixed, dtype=np.int64)
-        assert self.multiple is not None
-        return np.maximum(np.ceil(output * self.multiple).astype(np.int64), self.minimum)
+            caps = np.full(output.shape, self.fixed, dtype=np.int64)
+        elif self.multiple is not None:
+            caps = np.maximum(np.ceil(output * self.multiple).astype(np.int64), self.minimum)
+        else:
+            caps = np.full(output.shape, UNSET_MAX_NEW_TOKENS, dtype=np.int64)
+        if self.unset_fraction > 0 and rng is not None and len(caps):
+            caps[rng.uniform(0.0, 1.0, len(caps)) < self.unset_fraction] = UNSET_MAX_NEW_TOKENS
+        return caps
 
 
 def _max_new(data: Any, where: str) -> MaxNewPolicy:
@@ -138,13 +150,25 @@ def _max_new(data: Any, where: str) -> MaxNewPolicy:
     if isinstance(data, (int, float)) and not isinstance(data, bool):
         return MaxNewPolicy(fixed=_int(data, where))
     spec = _mapping(data, where)
-    _only(spec, {"fixed", "multiple", "min"}, where)
+    _only(spec, {"fixed", "multiple", "min", "unset", "unset_fraction"}, where)
+    unset = spec.get("unset", False)
+    if not isinstance(unset, bool):
+        raise InputError(f"{where}.unset must be true or false, got {unset!r}")
+    unset_fraction = _num(spec.get("unset_fraction", 0.0), f"{where}.unset_fraction")
+    if unset_fraction > 1:
+        raise InputError(f"{where}.unset_fraction must be in [0, 1], got {unset_fraction}")
+    if unset:
+        if "fixed" in spec or "multiple" in spec or "unset_fraction" in spec:
+            raise InputError(f"{where}.unset cannot be combined with fixed, multiple or unset_fraction")
+        return MaxNewPolicy()
     if ("fixed" in spec) == ("multiple" in spec):
-        raise InputError(f"{where} needs exactly one of fixed or multiple")
+        raise InputError(f"{where} needs exactly one of fixed, multiple or unset")
     if "fixed" in spec:
-        return MaxNewPolicy(fixed=_int(spec["fixed"], f"{where}.fixed"))
+        return MaxNewPolicy(fixed=_int(spec["fixed"], f"{where}.fixed"), unset_fraction=unset_fraction)
     multiple = _num(spec["multiple"], f"{where}.multiple", minimum=1.0)
-    return MaxNewPolicy(multiple=multiple, minimum=_int(spec.get("min", 1), f"{where}.min"))
+    return MaxNewPolicy(
+        multiple=multiple, minimum=_int(spec.get("min", 1), f"{where}.min"), unset_fraction=unset_fraction
+    )
 
 
 @dataclass(frozen=True)
@@ -295,6 +319,47 @@ class Spike:
     request_class: RequestClass
 
 
+@dataclass(frozen=True)
+class SessionClass:
+    """Multi-turn sessions (agents, long chats): sessions start as poisson at `rate`; turn 1 sends
+    `first_input` tokens, every later turn resends the whole conversation so far plus `turn_input`
+    new tokens, so its prefix is the previous turn's input + output (what SGLang's radix cache holds
+    once that turn finished). Open loop: turn k+1 arrives `response_seconds_per_token` x output_k +
+    a think time after turn k (the client's expectation, not the server's real pace)."""
+
+    name: str
+    rate: float
+    turns: LengthDist
+    first_input: LengthDist
+    turn_input: LengthDist
+    output: LengthDist
+    max_new: MaxNewPolicy
+    think_seconds: LengthDist
+    response_seconds_per_token: float = 0.03
+    max_context: int = 200_000  # a session ends before its context would pass this
+
+    def session(self, rng: np.random.Generator, start: float, sid: str) -> list[RequestSpec]:
+        turns = int(self.turns.sample(rng, 1)[0])
+        fresh = self.turn_input.sample(rng, turns)
+        fresh[0] = self.first_input.sample(rng, 1)[0]
+        outputs = self.output.sample(rng, turns)
+        caps = self.max_new.apply(outputs, rng)
+        thinks = self.think_seconds.sample(rng, turns)
+        specs: list[RequestSpec] = []
+        t = start
+        context = 0
+        for k in range(turns):
+            prefix = context
+            input_tokens = context + int(fresh[k])
+            output = int(min(outputs[k], caps[k]))
+            if input_tokens + output > self.max_context:
+                break
+            specs.append(RequestSpec(t, input_tokens, output, int(caps[k]), sid, prefix, extends_prefix=True))
+            context = input_tokens + output
+            t += output * self.response_seconds_per_token + float(thinks[k]) / 1000.0
+        return specs
+
+
 # --------------------------------------------------------------------------- replay
 
 
@@ -439,8 +504,31 @@ class Workload:
     phases_repeat: bool = True
     spikes: tuple[Spike, ...] = ()
     replay: ReplayTrace | None = None
+    sessions: tuple[SessionClass, ...] = ()
 
     # ----------------------------------------------------------------- public
+
+    def scaled(self, factor: float) -> Workload:
+        """The same traffic shape with every arrival rate (base, phases, spikes, sessions) times `factor`."""
+        if not factor > 0:
+            raise ValueError(f"rate factor must be > 0, got {factor}")
+        if self.replay is not None:
+            trace = self.replay
+            offsets = trace.offsets / factor if trace.offsets is not None else None
+            return replace(
+                self,
+                replay=replace(trace, offsets=offsets, rate=trace.rate * factor, speed=trace.speed * factor),
+            )
+        arrival = replace(
+            self.arrival,
+            rate=self.arrival.rate * factor,
+            on_rate=self.arrival.on_rate * factor,
+            off_rate=self.arrival.off_rate * factor,
+        )
+        phases = tuple(replace(p, rate=p.rate * factor if p.rate is not None else None) for p in self.phases)
+        spikes = tuple(replace(sp, rate=sp.rate * factor) for sp in self.spikes)
+        sessions = tuple(replace(se, rate=se.rate * factor) for se in self.sessions)
+        return replace(self, arrival=arrival, phases=phases, spikes=spikes, sessions=sessions)
 
     def arrivals(
         self, rng: np.random.Generator | int | None, start: float = 0.0, end: float = math.inf
@@ -479,7 +567,8 @@ class Workload:
             ):
                 return len(self.replay.offsets) / float(self.replay.offsets[-1])
             return self.replay.rate
-        return self.arrival.mean_rate
+        sessions = sum(se.rate * se.turns.mean for se in self.sessions)
+        return (self.arrival.mean_rate if self.classes else 0.0) + sessions
 
     # ----------------------------------------------------------------- parametric
 
@@ -528,16 +617,30 @@ class Workload:
         base_weights = np.array([c.weight for c in self.classes], dtype=float)
         all_classes = list(self.classes) + [s.request_class for s in self.spikes]
         silent_after = self._silent_after()
+        pending: list[tuple[float, int, RequestSpec]] = []  # later turns of sessions already started
+        started = 0
+        pushed = 0
         block = 0
         while True:
             b0, b1 = block * BLOCK_SECONDS, (block + 1) * BLOCK_SECONDS
             if b0 >= silent_after:
                 return
             block += 1
+            turns: list[RequestSpec] = []
+            for session_class in self.sessions:
+                count = int(rng.poisson(session_class.rate * BLOCK_SECONDS))
+                for start in np.sort(rng.uniform(b0, b1, count)).tolist():
+                    sid = f"{session_class.name}-{started}"
+                    started += 1
+                    for spec in session_class.session(rng, start, sid):
+                        heapq.heappush(pending, (spec.time, pushed, spec))
+                        pushed += 1
+            while pending and pending[0][0] < b1:
+                turns.append(heapq.heappop(pending)[2])
             times_parts: list[np.ndarray] = []
             class_parts: list[np.ndarray] = []
             edges = sorted({b0, b1, *self.arrival.breakpoints(b0, b1), *self._phase_breakpoints(b0, b1)})
-            for t0, t1 in pairwise(edges):
+            for t0, t1 in pairwise(edges if self.classes else ()):
                 mid = (t0 + t1) / 2
                 phase = self._phase_at(mid)
                 scale = phase.rate_scale if phase is not None else 1.0
@@ -571,7 +674,7 @@ class Workload:
                         class_parts.append(np.full(count, len(self.classes) + index, dtype=np.int64))
                     k += 1
             if not times_parts:
-                yield b1, []
+                yield b1, turns
                 continue
             times = np.concatenate(times_parts)
             kinds = np.concatenate(class_parts).astype(np.int64)
@@ -586,7 +689,7 @@ class Workload:
                     continue
                 inputs[mask] = request_class.input.sample(rng, count)
                 out = request_class.output.sample(rng, count)
-                cap = request_class.max_new.apply(out)
+                cap = request_class.max_new.apply(out, rng)
                 outputs[mask] = np.minimum(out, cap)
                 caps[mask] = cap
                 if request_class.prefix_groups:
@@ -606,6 +709,8 @@ class Workload:
                 specs.append(
                     RequestSpec(float(times[i]), int(inputs[i]), int(outputs[i]), int(caps[i]), group, prefix)
                 )
+            if turns:
+                specs = sorted(specs + turns, key=lambda spec: spec.time)
             yield b1, specs
 
     # ----------------------------------------------------------------- replay
@@ -655,7 +760,46 @@ _TOP_LEVEL = {
     "phases_repeat",
     "spikes",
     "replay",
+    "sessions",
 }
+
+
+def _seconds_as_ms(data: Any, where: str) -> LengthDist:
+    """A think-time distribution given in seconds, sampled as integer milliseconds."""
+    spec = dict(_mapping(data, where))
+    for key in ("median", "mean", "fixed", "min", "max"):
+        if key in spec:
+            spec[key] = _num(spec[key], f"{where}.{key}", minimum=0.001) * 1000
+    for key in ("min", "max"):
+        if key in spec:
+            spec[key] = int(round(spec[key]))
+    return _length(spec, where)
+
+
+def _session_class(data: Any, where: str, default_name: str) -> SessionClass:
+    spec = _mapping(data, where)
+    known = {
+        "name", "rate", "turns", "first_input", "turn_input", "output", "max_new_tokens", "think_seconds",
+        "response_seconds_per_token", "max_context",
+    }
+    _only(spec, known, where)
+    for required in ("rate", "turns", "first_input", "turn_input", "output"):
+        if required not in spec:
+            raise InputError(f"{where}.{required} is required")
+    return SessionClass(
+        name=str(spec.get("name", default_name)),
+        rate=_num(spec["rate"], f"{where}.rate", minimum=0, strict=True),
+        turns=_length(spec["turns"], f"{where}.turns"),
+        first_input=_length(spec["first_input"], f"{where}.first_input"),
+        turn_input=_length(spec["turn_input"], f"{where}.turn_input"),
+        output=_length(spec["output"], f"{where}.output"),
+        max_new=_max_new(spec.get("max_new_tokens"), f"{where}.max_new_tokens"),
+        think_seconds=_seconds_as_ms(spec.get("think_seconds", {"median": 5, "sigma": 1.0}), f"{where}.think_seconds"),
+        response_seconds_per_token=_num(
+            spec.get("response_seconds_per_token", 0.03), f"{where}.response_seconds_per_token"
+        ),
+        max_context=_int(spec.get("max_context", 200_000), f"{where}.max_context"),
+    )
 
 
 def workload_from_dict(data: Any, *, name: str = "custom", base_dir: Path | None = None) -> Workload:
@@ -691,20 +835,25 @@ def workload_from_dict(data: Any, *, name: str = "custom", base_dir: Path | None
         )
         return Workload(name=name, description=description, server=server, replay=trace)
 
-    if "classes" not in spec:
-        raise InputError("classes is required (or replay)")
-    raw_classes = spec["classes"]
-    if not isinstance(raw_classes, list) or not raw_classes:
+    raw_sessions = spec.get("sessions") or []
+    if not isinstance(raw_sessions, list):
+        raise InputError("sessions must be a list")
+    sessions = tuple(_session_class(c, f"sessions[{i}]", f"session{i}") for i, c in enumerate(raw_sessions))
+    if "classes" not in spec and not sessions:
+        raise InputError("classes is required (or replay, or sessions)")
+    raw_classes = spec.get("classes", [])
+    if not isinstance(raw_classes, list) or (not raw_classes and not sessions):
         raise InputError("classes must be a non-empty list")
     classes = tuple(_request_class(c, f"classes[{i}]", f"class{i}") for i, c in enumerate(raw_classes))
-    names = [c.name for c in classes]
+    names = [c.name for c in classes] + [c.name for c in sessions]
     if len(set(names)) != len(names):
         raise InputError(f"classes: duplicate class names {names}")
-    if sum(c.weight for c in classes) <= 0:
+    names = [c.name for c in classes]
+    if classes and sum(c.weight for c in classes) <= 0:
         raise InputError("classes: the weights must not all be 0")
-    if "arrival" not in spec:
+    if "arrival" not in spec and classes:
         raise InputError("arrival is required (e.g. {process: poisson, rate: 5})")
-    arrival = _arrival(spec["arrival"])
+    arrival = _arrival(spec["arrival"]) if "arrival" in spec else ArrivalProcess()
 
     phases: list[Phase] = []
     raw_phases = spec.get("phases") or []
@@ -782,6 +931,7 @@ def workload_from_dict(data: Any, *, name: str = "custom", base_dir: Path | None
         phases=tuple(phases),
         phases_repeat=phases_repeat,
         spikes=tuple(spikes),
+        sessions=sessions,
     )
 
 

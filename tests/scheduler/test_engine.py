@@ -204,7 +204,7 @@ def test_radix_prefix_reuse_caches_shared_prefixes_within_the_pool():
         }
     )
     base = load_server_config("default").with_ratio(20)
-    plain = Simulator(base, workload, seed=1)
+    plain = Simulator(dataclasses.replace(base, enable_radix_prefix_reuse=False), workload, seed=1)
     radix = Simulator(dataclasses.replace(base, enable_radix_prefix_reuse=True), workload, seed=1)
     _drive(plain, 300, 2.0)
     events = _drive(radix, 300, 2.0)

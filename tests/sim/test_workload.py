@@ -11,7 +11,13 @@ import numpy as np
 import pytest
 
 from advisor.errors import InputError
-from advisor.sim.workload import available_workloads, load_replay, load_workload, workload_from_dict
+from advisor.sim.workload import (
+    UNSET_MAX_NEW_TOKENS,
+    available_workloads,
+    load_replay,
+    load_workload,
+    workload_from_dict,
+)
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
 REQUESTS_JSON = LOGS / "requests-json.log"
@@ -29,6 +35,11 @@ REQUIRED = {
     "spec-decode",
     "dcp",
     "demo",
+    "rag-long-prompt",
+    "reasoning-long-output",
+    "agentic-sessions",
+    "underload",
+    "bursty-mixed",
 }
 
 
@@ -316,3 +327,70 @@ def test_replay_workloads_compare_and_hash_by_identity():
     first, second = load_workload(str(REQUESTS_JSON)), load_workload(str(REQUESTS_JSON))
     assert first == first and first != second
     assert len({first, second}) == 2
+
+
+def _sessions(**overrides: object) -> dict:
+    session = {
+        "name": "agent",
+        "rate": 0.05,
+        "turns": {"fixed": 5},
+        "first_input": {"fixed": 4000},
+        "turn_input": {"fixed": 300},
+        "output": {"fixed": 100},
+        "max_new_tokens": 1000,
+        "think_seconds": {"fixed": 2},
+    }
+    session.update(overrides)
+    return {"sessions": [session]}
+
+
+def test_sessions_resend_the_conversation_so_their_prefix_grows_turn_by_turn():
+    specs = workload_from_dict(_sessions()).requests(seed=4, duration=3600)
+    by_session: dict[str, list] = {}
+    for spec in specs:
+        by_session.setdefault(spec.prefix_group, []).append(spec)
+    assert len(by_session) == pytest.approx(0.05 * 3600, rel=0.25)
+    complete = [turns for turns in by_session.values() if turns[0].time < 3000]
+    for turns in complete:
+        assert [t.input_tokens for t in turns] == [4000, 4400, 4800, 5200, 5600]
+        # each turn's prefix is the previous turn's input + output, the sequence the radix cache holds
+        assert [t.prefix_tokens for t in turns] == [0, 4100, 4500, 4900, 5300]
+        assert all(t.extends_prefix for t in turns)
+        gaps = np.diff([t.time for t in turns])
+        assert np.allclose(gaps, 100 * 0.03 + 2.0)  # the answer at the client's pace + the think time
+    assert load_workload("agentic-sessions").mean_rate > 1.0
+
+
+def test_a_session_ends_before_its_context_passes_the_cap():
+    specs = workload_from_dict(_sessions(turns={"fixed": 50}, max_context=6000)).requests(seed=1, duration=1200)
+    assert specs and max(s.input_tokens + s.output_tokens for s in specs) <= 6000
+
+
+def test_clients_without_max_tokens_send_the_unset_marker():
+    mixed = workload_from_dict(
+        _one_class(
+            classes=[{"input": 100, "output": 50, "max_new_tokens": {"fixed": 500, "unset_fraction": 0.4}}]
+        )
+    )
+    caps = [s.max_new_tokens for s in mixed.requests(seed=5, duration=200)]
+    assert set(caps) == {500, UNSET_MAX_NEW_TOKENS}
+    assert caps.count(UNSET_MAX_NEW_TOKENS) / len(caps) == pytest.approx(0.4, abs=0.05)
+    unset = workload_from_dict(_one_class(classes=[{"input": 100, "output": 50, "max_new_tokens": {"unset": True}}]))
+    assert {s.max_new_tokens for s in unset.requests(seed=5, duration=50)} == {UNSET_MAX_NEW_TOKENS}
+    with pytest.raises(InputError, match=r"max_new_tokens\.unset cannot be combined"):
+        workload_from_dict(
+            _one_class(classes=[{"input": 1, "output": 1, "max_new_tokens": {"unset": True, "fixed": 3}}])
+        )
+    with pytest.raises(InputError, match=r"unset_fraction must be in \[0, 1\]"):
+        workload_from_dict(
+            _one_class(classes=[{"input": 1, "output": 1, "max_new_tokens": {"fixed": 3, "unset_fraction": 2}}])
+        )
+
+
+def test_scaled_multiplies_every_arrival_rate():
+    for name in ("bursty-mixed", "regime-shift", "agentic-sessions", "diurnal"):
+        workload = load_workload(name)
+        base = len(workload.requests(seed=2, duration=3600))
+        assert len(workload.scaled(0.5).requests(seed=2, duration=3600)) == pytest.approx(base / 2, rel=0.12), name
+    with pytest.raises(ValueError, match="rate factor"):
+        load_workload("steady-chat").scaled(0)
