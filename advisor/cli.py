@@ -7,9 +7,11 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from advisor import __version__
 from advisor.errors import InputError
+from advisor.scrub import scrub_text
 from advisor.model.serving import ConfigError
 
 # name -> one-line summary for the listing. Only the module of the command being run is imported, so the
@@ -32,9 +34,18 @@ def _command_of(argv: Sequence[str]) -> str | None:
     return None
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line on stderr (the command and what is wrong) and exit code 2,
+    not the usage block; `--help` still prints the full usage. Subcommand parsers inherit it."""
+
+    def error(self, message: str) -> NoReturn:
+        first = " ".join(str(message).split())
+        self.exit(2, f"{self.prog}: error: {first} (see --help)\n")
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The full parser for `command` (every command's when None); other commands get their summary only."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="pool-advisor",
         description="Advice on the state/KV pool split (--mamba-full-memory-ratio) of hybrid SGLang servers.",
     )
@@ -62,7 +73,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.handler(args) or 0)
     except (InputError, ConfigError, ValueError) as exc:
-        print(f"pool-advisor {args.command}: error: {exc}", file=sys.stderr)
+        # one line: the message may quote a file or a server; scrubbed and cut like any outside text
+        print(f"pool-advisor {args.command}: error: {scrub_text(str(exc), 1000)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

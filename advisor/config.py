@@ -16,12 +16,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import yaml
-
 from advisor.errors import InputError
 from advisor.recommend.engine import RecommenderSettings
-from advisor.sources.http import redact_url
+from advisor.scrub import redact_url, shown_value
 from advisor.store_config import StoreTargetConfig, store_target_from_dict
+from advisor.yaml_loading import load_yaml
 
 ENV_PREFIX = "POOL_ADVISOR_"
 MAX_CONFIG_BYTES = 256 << 10  # a config is a few KB; PyYAML takes ~1.4 s and ~18 MB for 256 KB
@@ -116,9 +115,8 @@ def _number(
 
 
 def _shown(value: Any) -> str:
-    """A value for an error message: its repr, cut short (a config value may be huge)."""
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+    """A value for an error message: a bounded repr, scrubbed (a config value may be huge or a secret)."""
+    return shown_value(value)
 
 
 def _string(value: Any, name: str) -> str:
@@ -287,20 +285,7 @@ def load_config(path: str | Path | None) -> dict[str, Any]:
 
 def parse_config_text(raw: bytes, source: str = "advisor config") -> dict[str, Any]:
     """The YAML mapping in `raw` (at most MAX_CONFIG_BYTES: PyYAML needs ~70x the text in memory)."""
-    if len(raw) > MAX_CONFIG_BYTES:
-        raise InputError(f"advisor config {source} is larger than {MAX_CONFIG_BYTES} bytes")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InputError(f"advisor config {source} is not UTF-8 (byte {exc.start})") from None
-    try:
-        data = yaml.safe_load(text)
-    except RecursionError:
-        raise InputError(f"advisor config {source} is nested too deeply") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise InputError(f"advisor config {source} is not valid YAML{where}") from None
+    data = load_yaml(raw, f"advisor config {source}", MAX_CONFIG_BYTES)  # no aliases: no YAML bomb
     if data is None:
         return {}
     if not isinstance(data, dict):

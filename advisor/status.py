@@ -8,6 +8,7 @@ from typing import Any
 
 from advisor.estimate.summary import WorkloadSummary
 from advisor.recommend.types import Recommendation
+from advisor.scrub import scrub_status_fields
 
 
 @dataclass
@@ -29,6 +30,9 @@ class TargetStatus:
     restarts_total: int = 0
     last_restart_timestamp: float | None = None
     last_restart_reason: str | None = None
+
+    def __post_init__(self) -> None:
+        scrub_status_fields(self)  # the one place outside text is scrubbed and capped before any output
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

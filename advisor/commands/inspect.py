@@ -7,7 +7,6 @@ import argparse
 import json
 import os
 import time
-from pathlib import Path
 from typing import Any
 
 from advisor.errors import InputError
@@ -16,6 +15,7 @@ from advisor.feeder import observed_clamp, server_model, serving_config_of
 from advisor.model.serving import ServingConfig
 from advisor.sources.bootlog import BootInfo
 from advisor.sources.http import HttpClient
+from advisor.sources.local_files import read_local_text
 from advisor.sources.loglines import LogLineParser, digest
 from advisor.sources.metrics import MetricsObservation, parse_metrics
 from advisor.sources.scrape import scrape_metrics, scrape_server_info
@@ -34,11 +34,11 @@ def register(sub: Any) -> None:
     p.set_defaults(handler=run)
 
 
+MAX_INSPECT_FILE_BYTES = 1 << 30
+
+
 def _read(path: str, what: str) -> str:
-    try:
-        return Path(path).read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise InputError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+    return read_local_text(path, what, MAX_INSPECT_FILE_BYTES)  # a regular file only: a FIFO would hang
 
 
 def observe(args: argparse.Namespace) -> dict[str, Any]:
@@ -55,6 +55,8 @@ def observe(args: argparse.Namespace) -> dict[str, Any]:
             info = parse_server_info(json.loads(_read(args.server_info_file, "server info file")))
         except json.JSONDecodeError as exc:
             raise InputError(f"server info file {args.server_info_file} is not JSON (line {exc.lineno})") from None
+        except RecursionError:
+            raise InputError(f"server info file {args.server_info_file} is nested too deeply") from None
     if args.url:
         with HttpClient(timeout_seconds=args.timeout, api_key=args.api_key) as client:
             if metrics is None:

@@ -11,6 +11,7 @@ import sys
 from typing import Any
 
 from advisor.config import AdvisorConfig, build_config
+from advisor.daemon.checkpoint import checkpoint_path_problem
 from advisor.daemon.runner import Advisor
 from advisor.errors import InputError
 from advisor.export.server import ExporterServer
@@ -94,6 +95,9 @@ def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     if args.log_level not in LOG_LEVELS:
         raise InputError(f"--log-level must be one of {', '.join(LOG_LEVELS)}, got {args.log_level!r}")
+    checkpoint_problem = checkpoint_path_problem(config.checkpoint_path) if config.checkpoint_path else None
+    if checkpoint_problem:  # a device or FIFO named as the checkpoint would be replaced by the first write
+        raise InputError(checkpoint_problem)
     web_config = load_web_config(args.web_config_file) if args.web_config_file and not args.once else None
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         stream=sys.stderr)

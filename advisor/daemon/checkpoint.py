@@ -7,6 +7,7 @@ behind is removed at the next start; a checkpoint larger than the read limit is 
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
@@ -24,8 +25,39 @@ def _temp_prefix(target: Path) -> str:
     return f".{target.name}."
 
 
-def write_checkpoint(path: str | Path, state: dict[str, Any]) -> None:
+def checkpoint_path_problem(path: str | Path) -> str | None:
+    """Why `path` cannot be the checkpoint, or None: it exists and is not a regular file (a device, a FIFO, a
+    directory: renaming over it would replace it), or its parent exists and is not a directory. Symlinks are
+    followed for the check; the write then replaces the link, never what it points at."""
     target = Path(path)
+    try:
+        mode = os.stat(target).st_mode
+    except FileNotFoundError:
+        mode = None
+    except NotADirectoryError:
+        return f"checkpoint {target}: a parent of it is not a directory"
+    except OSError as exc:
+        return f"checkpoint {target}: {exc.strerror or exc}"
+    if mode is not None and not stat.S_ISREG(mode):
+        return f"checkpoint {target} exists and is not a regular file; refusing to replace it"
+    for parent in [target.parent, *target.parent.parents]:
+        try:
+            if not stat.S_ISDIR(os.stat(parent).st_mode):
+                return f"checkpoint {target}: {parent} is not a directory"
+            break  # the nearest existing parent is a directory: mkdir makes the rest
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            return f"checkpoint {target}: {exc.strerror or exc}"
+    return None
+
+
+def write_checkpoint(path: str | Path, state: dict[str, Any]) -> None:
+    """Atomically replace the checkpoint at `path` (never anything that is not a regular file: OSError)."""
+    target = Path(path)
+    problem = checkpoint_path_problem(target)
+    if problem is not None:
+        raise OSError(errno.EINVAL, problem)
     target.parent.mkdir(parents=True, exist_ok=True)
     payload = json.dumps({"format": CHECKPOINT_FORMAT, "state": state}, separators=(",", ":"))
     fd, tmp_name = tempfile.mkstemp(prefix=_temp_prefix(target), suffix=".tmp", dir=target.parent)
@@ -77,11 +109,14 @@ def read_checkpoint(
     """(state, problem). A missing file is (None, None); a corrupt or oversized one is moved aside and
     reported. Stale temp files of interrupted writes are removed first."""
     target = Path(path)
+    problem = checkpoint_path_problem(target)
+    if problem is not None:  # a FIFO would block the start, a device never end; nor may either be replaced
+        return None, problem
     remove_stale_temp_files(target)
     try:
-        if not stat.S_ISREG(os.stat(target).st_mode):  # a FIFO would block the start, a device never end
-            return None, f"cannot read checkpoint {target}: not a regular file"
-        with open(target, "rb") as handle:
+        with open(target, "rb", opener=_nonblocking) as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):  # swapped since the check
+                return None, f"checkpoint {target} is not a regular file"
             raw = handle.read(max_bytes + 1)
     except FileNotFoundError:
         return None, None
@@ -99,6 +134,10 @@ def read_checkpoint(
         reason = str(exc).splitlines()[0][:80] if str(exc) else type(exc).__name__
         aside = set_aside(target, now)
         return None, f"checkpoint {target} is corrupt ({reason}); moved to {aside.name}, starting cold"
+
+
+def _nonblocking(path: str, flags: int) -> int:
+    return os.open(path, flags | getattr(os, "O_NONBLOCK", 0))
 
 
 def set_aside(path: Path, now: float | None = None) -> Path:

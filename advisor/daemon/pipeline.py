@@ -218,6 +218,8 @@ class TargetPipeline:
 
     def _scrape(self, now: float, report: CycleReport) -> bool:
         observation, error = self.fetch_metrics()
+        for warning in self.client.take_warnings():  # read, but not as declared (an unusable charset): counted
+            self._error("metrics", warning)
         if observation is None:
             self._error("metrics", error or "no observation")
             return False

@@ -11,15 +11,17 @@ import hashlib
 import hmac
 import os
 import ssl
+import stat
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from advisor.errors import InputError
+from advisor.scrub import shown_value
+from advisor.sources.local_files import read_local_bytes
+from advisor.yaml_loading import load_yaml
 
 # exporter-toolkit's client_auth_type values -> ssl verify mode (RequestClientCert and
 # RequireAnyClientCert accept unverified certificates, which Python's ssl module cannot express).
@@ -44,6 +46,7 @@ _DUMMY_HASH = b"$2b$10$9rustXAZYuYZpqlkbHAXduxZtz3.I.w6sPYMec2f3H6PVzmCg/71K"
 # Successful checks cached by a keyed digest of user, hash and password, so each scrape does not
 # pay bcrypt's deliberate ~50 ms; bounded.
 _AUTH_CACHE_SIZE = 256
+MAX_WEB_CONFIG_BYTES = 64 << 10  # a web config is a few hundred bytes; PyYAML needs ~70x the text in memory
 
 
 @dataclass
@@ -105,9 +108,16 @@ def _basic_credentials(authorization: str | None) -> tuple[str, str] | None:
 
 def _path(value: Any, name: str, base: Path) -> str:
     if not isinstance(value, str) or not value:
-        raise InputError(f"web config: field '{name}' must be a file path, got {value!r}")
+        raise InputError(f"web config: field '{name}' must be a file path, got {shown_value(value)}")
     path = Path(value)
-    return str(path if path.is_absolute() else base / path)
+    resolved = path if path.is_absolute() else base / path
+    try:
+        regular = stat.S_ISREG(os.stat(resolved).st_mode)
+    except OSError:
+        regular = True  # missing: the loader names the problem
+    if not regular:  # ssl would open a FIFO and wait for a writer
+        raise InputError(f"web config: field '{name}' names {resolved}, which is not a regular file")
+    return str(resolved)
 
 
 def _ssl_context(raw: Any, base: Path) -> ssl.SSLContext | None:
@@ -116,6 +126,8 @@ def _ssl_context(raw: Any, base: Path) -> ssl.SSLContext | None:
     if not isinstance(raw, dict):
         raise InputError("web config: 'tls_server_config' must be a mapping")
     for key in raw:
+        if not isinstance(key, str):
+            raise InputError(f"web config: field names in 'tls_server_config' must be strings, got {shown_value(key)}")
         if key in _TLS_UNSUPPORTED:
             raise InputError(f"web config: 'tls_server_config.{key}' is not supported by pool-advisor")
         if key not in _TLS_FIELDS:
@@ -134,9 +146,9 @@ def _ssl_context(raw: Any, base: Path) -> ssl.SSLContext | None:
     except (OSError, ssl.SSLError) as exc:
         raise InputError(f"web config: cannot load cert_file {cert} / key_file {key}: {exc}") from None
     auth_type = raw.get("client_auth_type", "NoClientCert")
-    if auth_type not in CLIENT_AUTH_TYPES:
+    if not isinstance(auth_type, str) or auth_type not in CLIENT_AUTH_TYPES:
         raise InputError(
-            f"web config: 'tls_server_config.client_auth_type' {auth_type!r} is not one of "
+            f"web config: 'tls_server_config.client_auth_type' {shown_value(auth_type)} is not one of "
             f"{', '.join(CLIENT_AUTH_TYPES)}"
         )
     context.verify_mode = CLIENT_AUTH_TYPES[auth_type]
@@ -153,8 +165,9 @@ def _ssl_context(raw: Any, base: Path) -> ssl.SSLContext | None:
         version = raw.get(name, default)
         if version is None:
             continue
-        if version not in TLS_VERSIONS:
-            raise InputError(f"web config: 'tls_server_config.{name}' {version!r} is not one of {', '.join(TLS_VERSIONS)}")
+        if not isinstance(version, str) or version not in TLS_VERSIONS:
+            raise InputError(f"web config: 'tls_server_config.{name}' {shown_value(version)} is not one of "
+                             f"{', '.join(TLS_VERSIONS)}")
         setattr(context, "minimum_version" if name == "min_version" else "maximum_version", TLS_VERSIONS[version])
     return context
 
@@ -167,9 +180,10 @@ def _users(raw: Any) -> dict[str, bytes]:
     users = {}
     for user, hashed in raw.items():
         if not isinstance(user, str) or not user or ":" in user:
-            raise InputError(f"web config: basic_auth_users: bad user name {user!r}")
+            raise InputError(f"web config: basic_auth_users: bad user name {shown_value(user)}")
         if not isinstance(hashed, str) or not hashed.startswith(("$2a$", "$2b$", "$2y$")):
-            raise InputError(f"web config: basic_auth_users.{user} must be a bcrypt hash ($2y$...), not a password")
+            raise InputError(f"web config: basic_auth_users.{shown_value(user)} must be a bcrypt hash ($2y$...), "
+                             "not a password")
         users[user] = hashed.encode()
     if users:
         try:
@@ -186,8 +200,8 @@ def web_config_from_dict(data: Any, base: Path | None = None, source: str = "") 
     if not isinstance(data, dict):
         raise InputError("web config must be a mapping at the top level")
     for key in data:
-        if key not in _TOP_FIELDS:
-            raise InputError(f"web config: unknown field '{key}'")
+        if not isinstance(key, str) or key not in _TOP_FIELDS:
+            raise InputError(f"web config: unknown field {shown_value(key)}")
     http = data.get("http_server_config")
     if http not in (None, {}) and not (isinstance(http, dict) and set(http) <= {"http2"}):
         raise InputError("web config: only 'http_server_config.http2' is accepted (and ignored: HTTP/1.1 only)")
@@ -199,12 +213,6 @@ def web_config_from_dict(data: Any, base: Path | None = None, source: str = "") 
 def load_web_config(path: str | Path) -> WebConfig:
     """Read a web config file (YAML); a one-line InputError names what is wrong."""
     file = Path(path)
-    try:
-        text = file.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputError(f"cannot read web config {path}: {exc.strerror or exc}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError:
-        raise InputError(f"web config {path} is not valid YAML") from None
+    raw = read_local_bytes(file, "web config", MAX_WEB_CONFIG_BYTES)  # a regular file only: a FIFO would hang
+    data = load_yaml(raw, f"web config {path}", MAX_WEB_CONFIG_BYTES)  # no aliases: no YAML bomb
     return web_config_from_dict(data, base=file.resolve().parent, source=str(path))

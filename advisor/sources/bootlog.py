@@ -22,6 +22,7 @@ from advisor.sources.formats import (
     parse_server_args,
     word_after,
 )
+from advisor.sources.local_files import read_local_text
 
 Rank = tuple[int, int, int]  # (dp, pp, tp)
 
@@ -498,10 +499,10 @@ def parse_boot_log(text: str, *, source: str = "boot log") -> BootInfo:
     return info
 
 
+MAX_BOOT_LOG_BYTES = 256 << 20  # a whole server log may be named; a boot block is a few KB of it
+
+
 def read_boot_log(path: str | Path) -> BootInfo:
     """Read and parse a boot log file; a missing or unreadable file is an InputError."""
-    try:
-        text = Path(path).read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise InputError(f"cannot read boot log {path}: {exc.strerror or exc}") from None
+    text = read_local_text(path, "boot log", MAX_BOOT_LOG_BYTES)  # a regular file only: a FIFO would hang
     return parse_boot_log(text, source=str(path))

@@ -8,6 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from advisor.errors import InputError
+from advisor.sources.local_files import read_local_bytes
+
+MAX_MODEL_CONFIG_BYTES = 16 << 20  # a config.json is a few KB
 
 
 def load_hf_config(path: str | Path) -> dict[str, Any]:
@@ -15,16 +18,17 @@ def load_hf_config(path: str | Path) -> dict[str, Any]:
     config_path = Path(path)
     if config_path.is_dir():
         config_path = config_path / "config.json"
+    raw = read_local_bytes(config_path, "model config", MAX_MODEL_CONFIG_BYTES)  # never a FIFO or device
     try:
-        text = config_path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(f"{config_path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{config_path}: cannot read: {exc}") from None
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{config_path}: cannot read: not UTF-8 (byte {exc.start})") from None
     try:
         parsed = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(f"{config_path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    except RecursionError:
+        raise InputError(f"{config_path}: JSON nested too deeply") from None
     if not isinstance(parsed, dict):
         raise InputError(f"{config_path}: expected a JSON object, got {type(parsed).__name__}")
     return parsed

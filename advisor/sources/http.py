@@ -19,7 +19,9 @@ import threading
 import time
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import SplitResult, unquote, urlsplit, urlunsplit
+from urllib.parse import SplitResult, unquote, urlencode, urlsplit
+
+from advisor.scrub import redact_secrets, redact_url, scrub_text
 
 DEFAULT_MAX_BODY_BYTES = 64 << 20
 _READ_CHUNK = 1 << 16
@@ -39,23 +41,8 @@ class FetchResult:
     error: str | None
     elapsed_seconds: float
     url: str = ""  # with any user:password@ removed
-
-
-def redact_url(url: str) -> str:
-    """The URL without credentials in its authority part (`http://user:pw@host` -> `http://host`)."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<invalid url>"
-    if "@" not in parts.netloc:
-        return url
-    host = parts.netloc.rpartition("@")[2]
-    return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
-
-
-def _one_line(text: str, limit: int = 160) -> str:
-    flat = " ".join(text[: limit * 8].split())
-    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+    # Something read but not as declared (a charset that cannot decode: read as UTF-8 with replacement).
+    warning: str | None = None
 
 
 def _reject_constant(name: str) -> Any:
@@ -190,6 +177,7 @@ class HttpClient:
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         trust_env: bool = False,
         tls_context: ssl.SSLContext | None = None,
+        basic_auth: tuple[str, str] | None = None,
     ) -> None:
         if not timeout_seconds > 0 or timeout_seconds == float("inf"):
             raise ValueError(f"timeout_seconds must be > 0 and finite, got {timeout_seconds}")
@@ -203,8 +191,14 @@ class HttpClient:
         self._connections: dict[tuple[bool, str, int], _DeadlineConnection] = {}
         self._lock = threading.Lock()
         self._secrets: set[str] = set()
+        self._warnings: list[str] = []  # bodies read other than declared, until `take_warnings`
         if self._api_key:
             self._secrets.add(self._api_key)
+        self._basic_token: str | None = None
+        if basic_auth is not None:
+            user, password = basic_auth
+            self._basic_token = base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
+            self._secrets.update(s for s in (password, self._basic_token) if s)
 
     def __repr__(self) -> str:
         key = "set" if self._api_key else "none"
@@ -235,20 +229,27 @@ class HttpClient:
     def get_json(self, url: str) -> FetchResult:
         return self._get(url, want_json=True)
 
+    def post_form_json(self, url: str, form: dict[str, str]) -> FetchResult:
+        """POST `form` (application/x-www-form-urlencoded) and read a JSON answer, under the same deadline and
+        body cap as a GET. An answer of 400 or more is a failure whose `body` is its text."""
+        payload = urlencode(form).encode("utf-8")
+        return self._get(url, want_json=True, method="POST", payload=payload)
+
     def scrub(self, message: str) -> str:
-        """`message` with every secret this client knows replaced; call before any truncation."""
-        for secret in self._secrets:
-            if secret and secret in message:
-                message = message.replace(secret, "<redacted>")
-        return message
+        """`message` with every secret this client knows (and anything credential-shaped) replaced; no cut."""
+        return redact_secrets(message, self._secrets)
 
     _scrub = scrub
 
     def snippet(self, text: str, limit: int) -> str:
         """At most `limit` characters of `text` on one line, secrets scrubbed BEFORE the cut (a cut secret
-        would no longer match and half of it would leak)."""
-        longest = max((len(s) for s in self._secrets), default=0)
-        return _one_line(self.scrub(text[: limit * 8 + longest]), limit)
+        would no longer match and half of it would leak): `advisor.scrub.scrub_text` with this client's secrets."""
+        return scrub_text(text, limit, self._secrets)
+
+    def take_warnings(self) -> list[str]:
+        """The warnings of the GETs since the last call (a charset read as UTF-8), for the caller to count."""
+        warnings, self._warnings = self._warnings, []
+        return warnings
 
     def _tls(self) -> ssl.SSLContext:
         if self._tls_context is None:
@@ -276,6 +277,8 @@ class HttpClient:
         }
         if self._api_key:
             headers["Authorization"] = f"Bearer {self._api_key}"
+        elif self._basic_token is not None:
+            headers["Authorization"] = f"Basic {self._basic_token}"
         elif target.username is not None:
             pair = f"{target.username}:{target.password or ''}".encode()
             token = base64.b64encode(pair).decode("ascii")
@@ -283,7 +286,7 @@ class HttpClient:
             headers["Authorization"] = f"Basic {token}"
         return headers
 
-    def _get(self, url: str, *, want_json: bool) -> FetchResult:
+    def _get(self, url: str, *, want_json: bool, method: str = "GET", payload: bytes | None = None) -> FetchResult:
         shown = redact_url(url)
         started = time.monotonic()
 
@@ -292,7 +295,7 @@ class HttpClient:
                 ok=False,
                 status=status,
                 body=body,
-                error=_one_line(self.scrub(f"GET {shown}: {message}"), 400),
+                error=self.snippet(f"{method} {shown}: {message}", 400),
                 elapsed_seconds=time.monotonic() - started,
                 url=shown,
             )
@@ -305,7 +308,7 @@ class HttpClient:
             self._secrets.add(target.password)
         with self._lock:
             try:
-                status, reason, content_type, raw, problem = self._exchange(target, want_json, started)
+                status, reason, content_type, raw, problem = self._exchange(target, want_json, started, method, payload)
             except TimeoutError:  # DeadlineExceeded, or a socket timeout within the remaining time
                 self._drop(target)
                 return failed(f"timed out after {self.timeout_seconds:g}s")
@@ -322,13 +325,17 @@ class HttpClient:
                 return failed(f"request failed ({type(exc).__name__})")
         if problem is not None:
             return failed(problem, status=status)
-        text = raw.decode(_charset(content_type), errors="replace")
+        text, warning = decode_body(raw, content_type)
+        if warning is not None:
+            warning = f"{method} {shown}: {warning}"
+            with self._lock:
+                self._warnings = [*self._warnings[-9:], warning]
         if status >= 400:
             snippet = self.snippet(text, 120)
             detail = f"HTTP {status} {reason}".rstrip() + (f": {snippet}" if snippet else "")
             return failed(detail, status=status, body=text)
         if not want_json:
-            return FetchResult(True, status, text, None, time.monotonic() - started, shown)
+            return FetchResult(True, status, text, None, time.monotonic() - started, shown, warning)
         try:
             decoded = json.loads(text, parse_constant=_reject_constant)
         except RecursionError:
@@ -339,19 +346,21 @@ class HttpClient:
             return failed(
                 f"JSON response is a {type(decoded).__name__}, not an object", status=status, body=text
             )
-        return FetchResult(True, status, decoded, None, time.monotonic() - started, shown)
+        return FetchResult(True, status, decoded, None, time.monotonic() - started, shown, warning)
 
     def _exchange(
-        self, target: _Target, want_json: bool, started: float
+        self, target: _Target, want_json: bool, started: float, method: str = "GET", payload: bytes | None = None
     ) -> tuple[int, str, str, bytes, str | None]:
         """One request/response on a (possibly kept-alive) connection: status, reason, content type, body,
         and a problem (body too large) or None. A reused connection the server closed is retried once."""
         headers = self._headers(target, want_json)
+        if payload is not None:
+            headers["Content-Type"] = "application/x-www-form-urlencoded"
         for attempt in (0, 1):
             connection, reused = self._connection(target)
             connection.deadline = started + self.timeout_seconds
             try:
-                connection.request("GET", target.path, headers=headers)
+                connection.request(method, target.path, body=payload, headers=headers)
                 response = connection.getresponse()
             except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
                 self._drop(target)
@@ -382,14 +391,29 @@ class HttpClient:
         return b"".join(chunks), None
 
 
-def _charset(content_type: str) -> str:
+# Charsets a server may declare that are read as declared; any other is read as UTF-8 (with replacement) and
+# reported: codecs such as idna or punycode raise on ordinary bytes even with errors="replace".
+TEXT_CHARSETS = frozenset({"utf-8", "utf8", "us-ascii", "ascii", "iso-8859-1", "latin-1", "latin1", "windows-1252",
+                           "cp1252", "utf-16", "utf-16-le", "utf-16-be", "utf-32"})
+
+
+def decode_body(raw: bytes, content_type: str) -> tuple[str, str | None]:
+    """The body as text per its declared charset, else UTF-8 with replacement and a warning naming the charset."""
+    declared = _charset(content_type)
+    if declared is None:
+        return raw.decode("utf-8", errors="replace"), None
+    if declared.lower() in TEXT_CHARSETS:
+        try:
+            return raw.decode(declared, errors="replace"), None
+        except (LookupError, UnicodeError):
+            pass
+    shown = scrub_text(declared, 40)
+    return raw.decode("utf-8", errors="replace"), f"charset {shown!r} not supported; read as UTF-8"
+
+
+def _charset(content_type: str) -> str | None:
     for part in content_type.split(";")[1:]:
         key, _, value = part.strip().partition("=")
         if key.lower() == "charset" and value:
-            name = value.strip().strip('"')
-            try:
-                "".encode(name)
-            except LookupError:
-                return "utf-8"
-            return name
-    return "utf-8"
+            return value.strip().strip('"')
+    return None

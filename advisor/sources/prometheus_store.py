@@ -5,36 +5,22 @@ shown), like `advisor.sources.http.FetchResult`, so the daemon can count them an
 
 from __future__ import annotations
 
+import json
+import math
 import re
+import ssl
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import requests
-
-from advisor.errors import InputError
-from advisor.sources.http import redact_url
+from advisor.errors import InputError, LimitExceeded
+from advisor.scrub import FIELD_CHARS, NAME_CHARS, redact_url, scrub_text
+from advisor.sources.http import HttpClient
 
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0, "y": 31536000.0}
 
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w|y)")
-
-
-def _one_line(text: str, limit: int = 160) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
-
-
-def _connection_error(exc: requests.exceptions.ConnectionError) -> str:
-    lowered = str(exc).lower()
-    if "refused" in lowered:
-        return "connection refused"
-    if "name or service not known" in lowered or "getaddrinfo" in lowered or "nodename nor servname" in lowered:
-        return "cannot resolve host"
-    if "reset by peer" in lowered or "aborted" in lowered or "remotedisconnected" in lowered:
-        return "connection closed by the server"
-    return f"connection failed ({type(exc).__name__})"
 
 
 def parse_duration(text: str, what: str = "duration") -> float:
@@ -80,6 +66,7 @@ class QueryResult:
     error: str | None = None
     elapsed_seconds: float = 0.0
     warnings: tuple[str, ...] = ()
+    skipped_samples: int = 0  # NaN or infinite samples left out
 
 
 @dataclass(frozen=True)
@@ -98,34 +85,45 @@ class StoreAuth:
             raise InputError("basic auth for the Prometheus store needs a username with the password")
 
 
+# What one store answer may hold: a body cap (JSON decodes to ~5-10x its size in objects) and a series cap (each
+# series becomes labels, samples and, in the daemon, a server's state). Exceeding either is a counted error.
+DEFAULT_STORE_MAX_BODY_BYTES = 32 << 20
+DEFAULT_STORE_MAX_SERIES = 20_000
+
+
 class PrometheusClient:
-    """Queries over one pooled session. Long queries go as POST form bodies (the API accepts both)."""
+    """Queries over one kept-alive connection (advisor.sources.http: one total deadline per request and a body
+    cap, against a store that trickles or floods). Queries go as POST form bodies (the API accepts both).
+    Samples that are not finite numbers (NaN, ±Inf, 1e400) are skipped and counted in `skipped_samples`."""
 
     def __init__(self, base_url: str, *, timeout_seconds: float = 30.0, auth: StoreAuth | None = None,
-                 trust_env: bool = False) -> None:
+                 trust_env: bool = False, max_body_bytes: int = DEFAULT_STORE_MAX_BODY_BYTES,
+                 max_series: int = DEFAULT_STORE_MAX_SERIES) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise InputError(f"Prometheus URL must be http(s)://…, got {redact_url(base_url)!r}")
-        if not timeout_seconds > 0:
+        if not timeout_seconds > 0 or not math.isfinite(timeout_seconds):
             raise InputError(f"timeout must be > 0, got {timeout_seconds}")
         self.base_url = base_url.rstrip("/")
         self.timeout_seconds = float(timeout_seconds)
         self.auth = auth or StoreAuth()
+        self.max_series = int(max_series)
         self.queries_sent = 0
-        self._session = requests.Session()
-        self._session.trust_env = trust_env
-        if self.auth.username:
-            self._session.auth = (self.auth.username, self.auth.password or "")
-        if self.auth.bearer_token:
-            self._session.headers["Authorization"] = f"Bearer {self.auth.bearer_token}"
+        self.skipped_samples = 0
+        tls = None
         if self.auth.ca_file:
-            self._session.verify = self.auth.ca_file
-        self._secrets = [s for s in (self.auth.bearer_token, self.auth.password) if s]
+            try:
+                tls = ssl.create_default_context(cafile=self.auth.ca_file)
+            except (OSError, ssl.SSLError) as exc:
+                raise InputError(f"cannot read the store's CA file {self.auth.ca_file}: {exc}") from None
+        basic = (self.auth.username, self.auth.password or "") if self.auth.username else None
+        self._http = HttpClient(self.timeout_seconds, self.auth.bearer_token, max_body_bytes=max_body_bytes,
+                                trust_env=trust_env, tls_context=tls, basic_auth=basic)
 
     def __repr__(self) -> str:
         return f"PrometheusClient({redact_url(self.base_url)!r}, timeout_seconds={self.timeout_seconds:g})"
 
     def close(self) -> None:
-        self._session.close()
+        self._http.close()
 
     def __enter__(self) -> PrometheusClient:
         return self
@@ -146,9 +144,7 @@ class PrometheusClient:
         return self._post("query_range", params)
 
     def _scrub(self, message: str) -> str:
-        for secret in self._secrets:
-            message = message.replace(secret, "<redacted>")
-        return message
+        return self._http.scrub(message)
 
     def _post(self, endpoint: str, params: dict[str, str]) -> QueryResult:
         url = f"{self.base_url}/api/v1/{endpoint}"
@@ -157,54 +153,87 @@ class PrometheusClient:
         self.queries_sent += 1
 
         def failed(message: str) -> QueryResult:
-            return QueryResult(False, error=self._scrub(f"POST {shown}: {message}"),
+            return QueryResult(False, error=self._http.snippet(f"POST {shown}: {message}", FIELD_CHARS),
                                elapsed_seconds=time.monotonic() - started)
 
-        try:
-            response = self._session.post(url, data=params, timeout=self.timeout_seconds,
-                                          headers={"Accept": "application/json"})
-        except requests.exceptions.Timeout:
-            return failed(f"timed out after {self.timeout_seconds:g}s")
-        except requests.exceptions.SSLError:
-            return failed("TLS error (is the CA file right?)")
-        except requests.exceptions.ConnectionError as exc:
-            return failed(_connection_error(exc))
-        except (requests.exceptions.InvalidURL, requests.exceptions.MissingSchema, requests.exceptions.InvalidSchema):
-            return failed("invalid URL")
-        except requests.exceptions.RequestException as exc:
-            return failed(f"request failed ({type(exc).__name__})")
-        try:
-            body = response.json()
-        except ValueError:
-            if response.status_code >= 400:
-                return failed(f"HTTP {response.status_code} {response.reason or ''}: {_one_line(response.text, 120)}".rstrip(": "))
-            return failed(f"response is not JSON: {_one_line(response.text, 80)!r}")
-        finally:
-            response.close()
+        result = self._http.post_form_json(url, params)
+        body: Any = result.body
+        if not result.ok:
+            error_body = _json_object(body) if isinstance(body, str) else None
+            if error_body is None or not error_body.get("errorType"):
+                return QueryResult(False, error=result.error, elapsed_seconds=time.monotonic() - started)
+            body = error_body
         if not isinstance(body, dict):
             return failed("response is not a JSON object")
         if body.get("status") != "success":
-            kind = body.get("errorType") or f"HTTP {response.status_code}"
-            return failed(f"{kind}: {_one_line(str(body.get('error') or 'no error message'), 200)}")
+            kind = body.get("errorType") or f"HTTP {result.status}"
+            return failed(f"{kind}: {body.get('error') or 'no error message'}")
         try:
-            series = _series_of(body.get("data"))
-        except (TypeError, ValueError, KeyError, IndexError) as exc:
-            return failed(f"malformed result ({type(exc).__name__}: {_one_line(str(exc), 80)})")
-        warnings = tuple(str(w) for w in body.get("warnings") or ())
-        return QueryResult(True, series, None, time.monotonic() - started, warnings)
+            series, skipped = _series_of(body.get("data"), self.max_series)
+        except LimitExceeded as exc:
+            return failed(str(exc))
+        except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
+            return failed(f"malformed result ({type(exc).__name__}: {exc})")
+        self.skipped_samples += skipped
+        raw_warnings = body.get("warnings") or ()
+        warnings = tuple(scrub_text(w, 200) for w in (raw_warnings if isinstance(raw_warnings, list) else [])[:10])
+        if skipped:
+            warnings += (f"{skipped} sample(s) not finite (NaN, Inf) skipped",)
+        return QueryResult(True, series, None, time.monotonic() - started, warnings, skipped)
 
 
-def _series_of(data: Any) -> list[PromSeries]:
-    """The API's `data` ({resultType, result}) as series; scalars become one label-less series."""
+def _json_object(text: str) -> dict[str, Any] | None:
+    try:
+        value = json.loads(text[: 1 << 16])
+    except (ValueError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _labels(raw: Any) -> dict[str, str]:
+    if not isinstance(raw, dict):
+        raise TypeError("metric labels are not an object")
+    return {scrub_text(k, NAME_CHARS): scrub_text(v, NAME_CHARS) for k, v in raw.items()}
+
+
+def _finite_samples(pairs: Any) -> tuple[list[tuple[float, float]], int]:
+    """(timestamp, value) pairs with both finite; and how many were not."""
+    samples = []
+    skipped = 0
+    for t, v in pairs:
+        when, value = float(t), float(v)
+        if math.isfinite(when) and math.isfinite(value):
+            samples.append((when, value))
+        else:
+            skipped += 1
+    return samples, skipped
+
+
+def _series_of(data: Any, max_series: int = DEFAULT_STORE_MAX_SERIES) -> tuple[list[PromSeries], int]:
+    """The API's `data` ({resultType, result}) as series, and the count of non-finite samples left out (a
+    series left with none is dropped); scalars become one label-less series. More than `max_series` series
+    is a LimitExceeded naming the cap."""
     kind = data["resultType"]
     result = data["result"]
-    if kind == "vector":
-        return [PromSeries(item["metric"], [(float(item["value"][0]), float(item["value"][1]))]) for item in result]
-    if kind == "matrix":
-        return [PromSeries(item["metric"], [(float(t), float(v)) for t, v in item["values"]]) for item in result]
     if kind == "scalar":
-        return [PromSeries({}, [(float(result[0]), float(result[1]))])]
-    raise ValueError(f"result type {kind!r} is not a vector, matrix or scalar")
+        result = [{"metric": {}, "value": result}]
+        kind = "vector"
+    if kind not in ("vector", "matrix"):
+        raise ValueError(f"result type {scrub_text(kind, 40)!r} is not a vector, matrix or scalar")
+    if not isinstance(result, list):
+        raise TypeError("result is not a list")
+    if len(result) > max_series:
+        raise LimitExceeded(f"answer has {len(result)} series, more than the store's max_series={max_series}; "
+                            "narrow the selector")
+    series: list[PromSeries] = []
+    skipped = 0
+    for item in result:
+        pairs = [item["value"]] if kind == "vector" else item["values"]
+        samples, dropped = _finite_samples(pairs)
+        skipped += dropped
+        if samples:
+            series.append(PromSeries(_labels(item["metric"]), samples))
+    return series, skipped
 
 
 __all__ = ["PromSeries", "PrometheusClient", "QueryResult", "StoreAuth", "parse_duration", "selector_matchers"]

@@ -4,7 +4,10 @@ them; the daemon and `inspect` share this sequence."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from advisor.errors import InputError
+from advisor.scrub import FIELD_CHARS, NAME_CHARS, scrub_text
 from advisor.sources.http import HttpClient
 from advisor.sources.metrics import DEFAULT_LIMITS, MetricsLimits, MetricsObservation, parse_metrics
 from advisor.sources.server_info import ServerInfo, fetch_server_info, parse_server_info
@@ -19,8 +22,8 @@ def scrape_metrics(
         return None, result.error or "empty /metrics body"
     try:
         return parse_metrics(result.body, limits), None
-    except InputError as exc:
-        return None, str(exc)
+    except InputError as exc:  # the message may quote the body: scrubbed with this client's secrets
+        return None, client.snippet(str(exc), FIELD_CHARS)
 
 
 def scrape_server_info(client: HttpClient, base_url: str) -> tuple[ServerInfo | None, str | None]:
@@ -29,6 +32,15 @@ def scrape_server_info(client: HttpClient, base_url: str) -> tuple[ServerInfo | 
     if not result.ok or not isinstance(result.body, dict):
         return None, result.error or "no JSON object from /server_info"
     try:
-        return parse_server_info(result.body), None
+        return scrubbed_server_info(parse_server_info(result.body)), None
     except InputError as exc:
-        return None, str(exc)
+        return None, client.snippet(str(exc), FIELD_CHARS)
+
+
+def scrubbed_server_info(info: ServerInfo) -> ServerInfo:
+    """`info` with the strings the server chose (version, model name) through the one scrubber."""
+    return replace(
+        info,
+        version=scrub_text(info.version, NAME_CHARS) if info.version is not None else None,
+        model_name=scrub_text(info.model_name, NAME_CHARS) if info.model_name is not None else None,
+    )

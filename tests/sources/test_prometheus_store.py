@@ -62,9 +62,10 @@ def test_instant_query_sends_the_expression_and_time_and_reads_the_vector(store_
     path, form, _ = store.requests[0]
     assert path == "/api/v1/query"
     assert form == {"query": 'max by (instance) (sglang:num_running_reqs{job="sglang"})', "time": "1700000000.500"}
-    assert [s.labels["instance"] for s in result.series] == ["a:1", "b:2"]
+    # b:2's only sample is NaN: skipped and counted, and a series left with no sample is dropped
+    assert [s.labels["instance"] for s in result.series] == ["a:1"]
     assert result.series[0].samples == [(1700000000.5, 7.0)]
-    assert result.series[1].samples[0][1] != result.series[1].samples[0][1]  # NaN stays NaN
+    assert result.skipped_samples == 1 and client.skipped_samples == 1
     assert client.queries_sent == 1
 
 
