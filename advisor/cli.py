@@ -11,8 +11,8 @@ from typing import NoReturn
 
 from advisor import __version__
 from advisor.errors import InputError
-from advisor.scrub import scrub_text
 from advisor.model.serving import ConfigError
+from advisor.scrub import scrub_text
 
 # name -> one-line summary for the listing. Only the module of the command being run is imported, so the
 # daemon and the one-shot commands never load the simulator (advisor.sim), which only demo/simulate/emulate use.

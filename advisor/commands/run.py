@@ -14,7 +14,7 @@ from advisor.config import AdvisorConfig, build_config
 from advisor.daemon.checkpoint import checkpoint_path_problem
 from advisor.daemon.runner import Advisor
 from advisor.errors import InputError
-from advisor.export.server import ExporterServer
+from advisor.export.server import DEFAULT_MAX_CONNECTIONS, ExporterServer
 from advisor.export.webconfig import load_web_config
 from advisor.json_output import finite_or_none
 from advisor.status import TargetStatus
@@ -52,7 +52,22 @@ def register(sub: Any) -> None:
     p.add_argument("--web-config-file", metavar="FILE", default=os.environ.get("POOL_ADVISOR_WEB_CONFIG_FILE"),
                    help="TLS and basic auth for /metrics, / and /status, as Prometheus' exporter web config "
                         "(tls_server_config, basic_auth_users with bcrypt hashes; env POOL_ADVISOR_WEB_CONFIG_FILE)")
+    p.add_argument("--max-connections", type=int, metavar="N",
+                   default=_env_int("POOL_ADVISOR_EXPORTER_MAX_CONNECTIONS", DEFAULT_MAX_CONNECTIONS),
+                   help=f"connections the exporter holds at once; beyond it the oldest client still sending its "
+                        f"request is dropped (default {DEFAULT_MAX_CONNECTIONS}, at most half the descriptor limit; "
+                        "env POOL_ADVISOR_EXPORTER_MAX_CONNECTIONS)")
     p.set_defaults(handler=run)
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        return -1  # refused with a one-line error naming the setting when the exporter starts
 
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -117,6 +132,7 @@ def run(args: argparse.Namespace) -> int:
             print("\n".join(describe(s) for s in statuses))
         return 0 if all(s.up for s in statuses) else 1
     exporter = ExporterServer(advisor.store, host=config.listen_host, port=config.listen_port, web_config=web_config,
+                              max_connections=args.max_connections,
                               healthz_stale_after=max(60.0, 5 * config.interval_seconds)).start()
     print(f"pool-advisor: watching {len(config.targets)} target(s) and {len(config.store_targets)} store(s); metrics at {exporter.url}/metrics, status at {exporter.url}/status",
           file=sys.stderr, flush=True)

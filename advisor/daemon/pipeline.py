@@ -188,8 +188,10 @@ class TargetPipeline:
             if follower.cut_lines > cut:
                 self._error("logs", f"{follower.path}: {follower.cut_lines - cut} line(s) longer than "
                                     f"max_line_bytes={follower.max_line_bytes} cut")
-            bad_before = self.log_parser.bad_request_lines
+            bad_before, abandoned_before = self.log_parser.bad_request_lines, self.log_parser.abandoned_boot_blocks
             found = digest(self.log_parser.feed(lines), source=follower.path)
+            if self.log_parser.abandoned_boot_blocks > abandoned_before:  # never finished, or over its line/byte cap
+                self._error("logs", f"{follower.path}: boot block given up (no caps line; superseded or too long)")
             # request-log lines that gave no record (the parser counts them): skipped, counted, the rest kept
             bad = self.log_parser.bad_request_lines - bad_before
             if bad > 0:

@@ -19,7 +19,7 @@ from advisor.config import AdvisorConfig, TargetConfig
 from advisor.daemon.pipeline import CycleReport, TargetPipeline
 from advisor.estimate.history import FleetFrame, fleet_queries, replay_step, server_info_from_gauges
 from advisor.sources.metrics import MetricsObservation
-from advisor.sources.prometheus_store import PrometheusClient, QueryResult
+from advisor.sources.prometheus_store import PrometheusClient, QueryResult, too_many_servers
 from advisor.sources.server_info import ServerInfo
 from advisor.status import TargetStatus
 from advisor.store_config import StoreTargetConfig
@@ -144,6 +144,8 @@ class StoreFleet:
             if not result.ok:
                 return frame, result.error or "store query failed"
             frame.add(query, ((s.labels, s.samples) for s in result.series))
+            if too_many_servers(len(frame.samples)):  # each server would get its own pipeline: refuse, counted
+                return FleetFrame(self.store.server_labels), too_many_servers(len(frame.samples))
         return frame, None
 
     def history_windows(self, end: float, points: int) -> Iterator[tuple[float, float, float]]:

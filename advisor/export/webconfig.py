@@ -138,6 +138,21 @@ def _ssl_context(raw: Any, base: Path) -> ssl.SSLContext | None:
         raise InputError("web config: missing 'tls_server_config.cert_file'")
     if not raw.get("key_file"):
         raise InputError("web config: missing 'tls_server_config.key_file'")
+    auth_type = raw.get("client_auth_type", "NoClientCert")
+    if not isinstance(auth_type, str) or auth_type not in CLIENT_AUTH_TYPES:
+        raise InputError(
+            f"web config: 'tls_server_config.client_auth_type' {shown_value(auth_type)} is not one of "
+            f"{', '.join(CLIENT_AUTH_TYPES)}"
+        )
+    versions = {}
+    for name, default in (("min_version", "TLS12"), ("max_version", None)):  # exporter-toolkit's minimum: TLS 1.2
+        version = raw.get(name, default)
+        if version is None:
+            continue
+        if not isinstance(version, str) or version not in TLS_VERSIONS:
+            raise InputError(f"web config: 'tls_server_config.{name}' {shown_value(version)} is not one of "
+                             f"{', '.join(TLS_VERSIONS)}")
+        versions["minimum_version" if name == "min_version" else "maximum_version"] = TLS_VERSIONS[version]
     cert = _path(raw["cert_file"], "tls_server_config.cert_file", base)
     key = _path(raw["key_file"], "tls_server_config.key_file", base)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -145,12 +160,6 @@ def _ssl_context(raw: Any, base: Path) -> ssl.SSLContext | None:
         context.load_cert_chain(cert, key)
     except (OSError, ssl.SSLError) as exc:
         raise InputError(f"web config: cannot load cert_file {cert} / key_file {key}: {exc}") from None
-    auth_type = raw.get("client_auth_type", "NoClientCert")
-    if not isinstance(auth_type, str) or auth_type not in CLIENT_AUTH_TYPES:
-        raise InputError(
-            f"web config: 'tls_server_config.client_auth_type' {shown_value(auth_type)} is not one of "
-            f"{', '.join(CLIENT_AUTH_TYPES)}"
-        )
     context.verify_mode = CLIENT_AUTH_TYPES[auth_type]
     if raw.get("client_ca_file"):
         ca = _path(raw["client_ca_file"], "tls_server_config.client_ca_file", base)
@@ -160,15 +169,8 @@ def _ssl_context(raw: Any, base: Path) -> ssl.SSLContext | None:
             raise InputError(f"web config: cannot load client_ca_file {ca}: {exc}") from None
     elif context.verify_mode != ssl.CERT_NONE:
         raise InputError(f"web config: client_auth_type {auth_type} needs 'tls_server_config.client_ca_file'")
-    # exporter-toolkit's default minimum is TLS 1.2
-    for name, default in (("min_version", "TLS12"), ("max_version", None)):
-        version = raw.get(name, default)
-        if version is None:
-            continue
-        if not isinstance(version, str) or version not in TLS_VERSIONS:
-            raise InputError(f"web config: 'tls_server_config.{name}' {shown_value(version)} is not one of "
-                             f"{', '.join(TLS_VERSIONS)}")
-        setattr(context, "minimum_version" if name == "min_version" else "maximum_version", TLS_VERSIONS[version])
+    for attribute, value in versions.items():
+        setattr(context, attribute, value)
     return context
 
 

@@ -665,7 +665,10 @@ def parse_line(line: str) -> LogEvent | None:
 # ------------------------------------------------------------------------------------------------ stateful
 
 _DEDUPE_WINDOW_SECONDS = 3.0
-_BOOT_BLOCK_MAX_LINES = 50_000
+# An open boot block (a server_args line, no caps line yet) holds at most this much; then it is given up and
+# counted in `abandoned_boot_blocks` (a real boot block is a few hundred lines, tens of KB).
+_BOOT_BLOCK_MAX_LINES = 20_000
+_BOOT_BLOCK_MAX_BYTES = 4 << 20
 
 
 class LogLineParser:
@@ -686,6 +689,7 @@ class LogLineParser:
         self._boot_time: float | None = None
         self._boot_has_caps = False
         self._boot_loaders: set[tuple[int, ...]] = set()
+        self._boot_bytes = 0
 
     def feed(self, lines: Iterable[str]) -> list[LogEvent]:
         # A batch allocates tens of thousands of small, acyclic objects: pausing the cyclic collector for it
@@ -716,7 +720,7 @@ class LogLineParser:
                     self.duplicate_retractions += 1
                     continue
                 append(event)  # type: ignore[arg-type]
-            elif head is not None and self._track_boot(line, message, head, events):
+            elif outcome != _BAD_REQUEST and head is not None and self._track_boot(line, message, head, events):
                 continue
             elif outcome == _UNPARSED:
                 unparsed += 1
@@ -756,6 +760,7 @@ class LogLineParser:
                     self._boot_lines = None
             if self._boot_lines is None:
                 self._boot_lines = []
+                self._boot_bytes = 0
                 self._boot_time = head.time
                 self._boot_has_caps = False
                 self._boot_loaders = set()
@@ -766,11 +771,12 @@ class LogLineParser:
         if self._boot_lines is None:
             return False
         self._boot_lines.append(line)
+        self._boot_bytes += len(line)
         if message.startswith("max_total_num_tokens="):
             self._boot_has_caps = True
         elif message.startswith("The server is fired up"):
             self._emit_boot(events)
-        elif len(self._boot_lines) > _BOOT_BLOCK_MAX_LINES:
+        elif len(self._boot_lines) > _BOOT_BLOCK_MAX_LINES or self._boot_bytes > _BOOT_BLOCK_MAX_BYTES:
             self.abandoned_boot_blocks += 1
             self._boot_lines = None
         return True

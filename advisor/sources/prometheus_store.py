@@ -89,6 +89,16 @@ class StoreAuth:
 # series becomes labels, samples and, in the daemon, a server's state). Exceeding either is a counted error.
 DEFAULT_STORE_MAX_BODY_BYTES = 32 << 20
 DEFAULT_STORE_MAX_SERIES = 20_000
+# Servers one store target may hold (each gets its own estimator): beyond it the answer is refused and counted.
+MAX_SERVERS_PER_STORE = 2_000
+
+
+def too_many_servers(count: int, cap: int = MAX_SERVERS_PER_STORE) -> str | None:
+    """The error for a store answer naming `count` servers, when that is over the cap; None when it is not."""
+    if count <= cap:
+        return None
+    return (f"the store names more than {cap} servers (max_servers_per_store={cap}); narrow the selector "
+            "or split the store into several targets")
 
 
 class PrometheusClient:
@@ -236,4 +246,4 @@ def _series_of(data: Any, max_series: int = DEFAULT_STORE_MAX_SERIES) -> tuple[l
     return series, skipped
 
 
-__all__ = ["PromSeries", "PrometheusClient", "QueryResult", "StoreAuth", "parse_duration", "selector_matchers"]
+__all__ = ["MAX_SERVERS_PER_STORE", "PromSeries", "PrometheusClient", "QueryResult", "StoreAuth", "parse_duration", "selector_matchers", "too_many_servers"]
