@@ -15,6 +15,7 @@ from urllib.parse import urlsplit, urlunsplit
 # What one field may contribute to any output: an error message, a model name, a version string.
 FIELD_CHARS = 400
 NAME_CHARS = 200  # a model name, a version: SGLang's are far shorter
+REASON_CHARS = 2000  # a recommendation's reason, a note, the flag line
 # Authorization values as a server might echo them: `Bearer sk-…`, `Basic dXNlcjpw…`, `Token …`.
 _AUTH_VALUE = re.compile(r"(?i)\b(bearer|basic|token|apikey|api-key)(\s*[:=]?\s+|\s*[:=]\s*)([A-Za-z0-9._~+/=-]{6,})")
 _TOKEN_MARK = re.compile(r"[0-9+/=._-]")  # a credential has one of these, or is long; a word has neither
@@ -43,7 +44,16 @@ def redact_secrets(text: str, secrets: Iterable[str] = ()) -> str:
             text = text.replace(secret, REDACTED)
     text = _USERINFO.sub(lambda m: m.group(1) + REDACTED + "@", text)
     text = _AUTH_VALUE.sub(_auth_value, text)
-    return _SECRET_PAIR.sub(lambda m: m.group(1) + m.group(2) + REDACTED, text)
+    return _SECRET_PAIR.sub(_secret_pair, text)
+
+
+def _secret_pair(match: re.Match[str]) -> str:
+    value = match.group(3)
+    try:
+        float(value)
+        return match.group(0)  # a number ("bytes per token: 12345") is a figure, not a secret
+    except ValueError:
+        return match.group(1) + match.group(2) + REDACTED
 
 
 def scrub_text(value: Any, limit: int = FIELD_CHARS, secrets: Iterable[str] = ()) -> str:
@@ -89,6 +99,12 @@ def scrub_status_fields(status: Any) -> None:
     status.last_errors = [scrub_text(error) for error in list(status.last_errors)[:MAX_SHOWN_ERRORS]]
     if status.last_restart_reason:
         status.last_restart_reason = scrub_text(status.last_restart_reason)
+    rec = status.recommendation
+    if rec is not None:  # its reason and notes may name what a server reported (a dtype, an algorithm)
+        rec.reason = scrub_text(rec.reason, REASON_CHARS)
+        rec.notes = [scrub_text(note, REASON_CHARS) for note in list(rec.notes)[:MAX_SHOWN_ERRORS]]
+        if rec.flag_line:
+            rec.flag_line = scrub_text(rec.flag_line, REASON_CHARS)
 
 
 _SHOWN = reprlib.Repr()

@@ -167,6 +167,8 @@ def test_scrubbing_is_one_cut_line_with_credentials_replaced() -> None:
     status = TargetStatus(server="s", model_name="m" * 1_000_000, last_errors=[f"token={API_KEY}"] * 1000)
     assert len(status.model_name) <= 200 and len(status.last_errors) <= 20
     _no_secret(json.dumps(status.to_dict()))
+    figures = scrub_text("KV bytes per token: 12345; token=abc123")  # a figure stays, a credential goes
+    assert figures.startswith("KV bytes per token: 12345; token") and "abc123" not in figures
 
 
 # --- 3. YAML bombs -------------------------------------------------------------------------------------------
