@@ -17,6 +17,7 @@ import socket
 import ssl
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import SplitResult, unquote, urlencode, urlsplit
@@ -229,11 +230,13 @@ class HttpClient:
     def get_json(self, url: str) -> FetchResult:
         return self._get(url, want_json=True)
 
-    def post_form_json(self, url: str, form: dict[str, str]) -> FetchResult:
+    def post_form_json(self, url: str, form: dict[str, str], *,
+                       check_raw: Callable[[bytes], str | None] | None = None) -> FetchResult:
         """POST `form` (application/x-www-form-urlencoded) and read a JSON answer, under the same deadline and
-        body cap as a GET. An answer of 400 or more is a failure whose `body` is its text."""
+        body cap as a GET. An answer of 400 or more is a failure whose `body` is its text. `check_raw` may
+        refuse a successful body before it is decoded (decoding holds the interpreter for its whole length)."""
         payload = urlencode(form).encode("utf-8")
-        return self._get(url, want_json=True, method="POST", payload=payload)
+        return self._get(url, want_json=True, method="POST", payload=payload, check_raw=check_raw)
 
     def scrub(self, message: str) -> str:
         """`message` with every secret this client knows (and anything credential-shaped) replaced; no cut."""
@@ -286,7 +289,8 @@ class HttpClient:
             headers["Authorization"] = f"Basic {token}"
         return headers
 
-    def _get(self, url: str, *, want_json: bool, method: str = "GET", payload: bytes | None = None) -> FetchResult:
+    def _get(self, url: str, *, want_json: bool, method: str = "GET", payload: bytes | None = None,
+             check_raw: Callable[[bytes], str | None] | None = None) -> FetchResult:
         shown = redact_url(url)
         started = time.monotonic()
 
@@ -323,6 +327,8 @@ class HttpClient:
             except (ValueError, UnicodeError) as exc:  # a header value http.client refuses, a bad host
                 self._drop(target)
                 return failed(f"request failed ({type(exc).__name__})")
+        if problem is None and check_raw is not None and status < 400:
+            problem = check_raw(raw)
         if problem is not None:
             return failed(problem, status=status)
         text, warning = decode_body(raw, content_type)
