@@ -47,7 +47,7 @@ def load_yaml(raw: bytes, source: str, max_bytes: int) -> Any:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise InputError(f"{source} is not valid YAML{where}") from None
+        raise InputError(f"{source}: not valid YAML{where}") from None
 
 
 __all__ = ["load_yaml"]

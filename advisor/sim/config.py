@@ -12,13 +12,15 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from advisor.errors import InputError
 from advisor.model.pools import ByteConstants
 from advisor.model.serving import ConfigError, ServingConfig
 from advisor.scheduler.costmodel import cost_model_from_dict
 from advisor.scheduler.server import SchedulerServerConfig
+from advisor.sources.local_files import read_local_bytes
+from advisor.yaml_loading import load_yaml
+
+MAX_SIM_CONFIG_BYTES = 256 << 10  # as the daemon config: PyYAML needs ~70x the text in memory
 
 SERVERS_DIR = Path(__file__).resolve().parent.parent / "data" / "servers"
 DEFAULT_SERVER = "default"
@@ -232,12 +234,8 @@ def resolve_server_path(path_or_name: str) -> Path:
 def load_server_config(path: str | None) -> SchedulerServerConfig:
     """Load a server config from a YAML file or a shipped name; None gives the shipped default."""
     resolved = resolve_server_path(path if path is not None else DEFAULT_SERVER)
-    try:
-        data = yaml.safe_load(resolved.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise InputError(f"server config {resolved}: not valid YAML ({str(exc).splitlines()[0]})") from None
-    except OSError as exc:
-        raise InputError(f"server config {resolved}: {exc.strerror}") from None
+    raw = read_local_bytes(resolved, "server config", MAX_SIM_CONFIG_BYTES)  # never a FIFO or a device
+    data = load_yaml(raw, f"server config {resolved}", MAX_SIM_CONFIG_BYTES)  # no aliases: no YAML bomb
     if isinstance(data, dict) and "name" not in data:
         data = {**data, "name": resolved.stem}
     try:

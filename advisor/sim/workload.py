@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
 from advisor.errors import InputError
 from advisor.scheduler.types import RequestSpec
+from advisor.yaml_loading import load_yaml
 
 WORKLOADS_DIR = Path(__file__).resolve().parent.parent / "data" / "workloads"
 DEFAULT_WORKLOAD = "bimodal-chat-docs"
@@ -39,6 +39,8 @@ MAX_TOKENS = 10_000_000
 
 
 # --------------------------------------------------------------------------- validation helpers
+
+MAX_WORKLOAD_YAML_BYTES = 1 << 20  # a workload description; request logs to replay are read separately
 
 
 def _num(value: Any, where: str, *, minimum: float | None = 0.0, strict: bool = False) -> float:
@@ -959,10 +961,7 @@ def load_workload(path_or_name: str | None) -> Workload:
     if first.lstrip().startswith("{") or _LINE_TS.match(first):
         # A request log: replay it as is.
         return Workload(name=path.stem, description=f"replay of {path.name}", replay=load_replay(path))
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise InputError(f"workload {path.name}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    data = load_yaml(text.encode("utf-8"), f"workload {path.name}", MAX_WORKLOAD_YAML_BYTES)  # no aliases
     try:
         return workload_from_dict(data, name=path.stem, base_dir=path.parent)
     except InputError as exc:
