@@ -1,7 +1,8 @@
 """export.server: a small threaded HTTP(S) server over a SnapshotStore — /metrics for Prometheus
 (prometheus_client's own exposition: gzip, OpenMetrics negotiation, name[] filtering), / as a landing page
 with server-side SVG charts, /status as JSON with the reasoning, /healthz for probes. Serving only reads
-the last snapshot; slow or vanishing clients cost one timed-out thread and a debug line, never a traceback."""
+the last snapshot; slow, trickling or vanishing clients cost a descriptor until their head deadline and a
+debug line, never a thread or a traceback (`_AdvisorHTTPServer`)."""
 
 from __future__ import annotations
 
