@@ -214,6 +214,7 @@ def step_samples_from_log(intervals: Iterable[DecodeInterval], steps: int = DEFA
             batch=float(line.running_requests), kv_tokens=float(line.kv_used_tokens or 0),
             gen_throughput=float(line.gen_throughput), steps=float(steps),
             prefill_batches=float(interval.prefill_batches), prefill_tokens=float(interval.prefill_tokens),
+            accept_length=float(line.accept_length or 1.0),
         ))
     return out
 
@@ -226,7 +227,8 @@ def step_samples_from_metrics(observation: MetricsObservation, steps: int = DEFA
         if rank.gen_throughput is None or not rank.running_requests:
             continue
         out.append(StepSample(batch=float(rank.running_requests), kv_tokens=float(rank.kv_used_tokens or 0),
-                              gen_throughput=float(rank.gen_throughput), steps=float(steps)))
+                              gen_throughput=float(rank.gen_throughput), steps=float(steps),
+                              accept_length=float(rank.spec_accept_length or 1.0)))
     return out
 
 

@@ -29,7 +29,7 @@ from advisor.feeder import (
     step_samples_from_log,
     step_samples_from_metrics,
 )
-from advisor.model.serving import ServingConfig
+from advisor.model.serving import ServingConfig, spec_enabled
 from advisor.recommend.engine import (
     RecommenderSettings,
     ServerModel,
@@ -315,7 +315,7 @@ class TargetPipeline:
         if self.replay_time is not None and now - self.replay_time < interval and self.replay_result is not None:
             return self.replay_result
         prior = prior_ratio(model, picture, self.recommender_settings)
-        fit = self.step_time.fit()
+        fit = self.step_time.fit(model.serving.draft_tokens if spec_enabled(model.serving) else 0)
         traffic = self.traffic.picture(seed=self.cycles)
         if prior is None or traffic is None:
             return self.replay_result

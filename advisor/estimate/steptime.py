@@ -43,6 +43,7 @@ class StepSample:
     steps: float  # decode steps since the previous line (decode_log_interval)
     prefill_batches: float = 0.0
     prefill_tokens: float = 0.0
+    accept_length: float = 1.0  # speculative decoding: tokens accepted per request per verify step
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,7 @@ class StepTimeEstimator:
         self.normal = np.zeros((size, size))  # sum of w * z z^T, z = features scaled by the prior coefficients
         self.moment = np.zeros(size)  # sum of w * z y
         self.weight = 0.0
+        self.accept_sum = 0.0  # decayed with the weight: the mean accept length of the samples
         self.last_time: float | None = None
 
     def _prior_vector(self) -> np.ndarray:
@@ -77,6 +79,7 @@ class StepTimeEstimator:
             self.normal *= factor
             self.moment *= factor
             self.weight *= factor
+            self.accept_sum *= factor
         self.last_time = now if self.last_time is None else max(self.last_time, now)
 
     def observe(self, now: float, samples: list[StepSample]) -> int:
@@ -92,7 +95,9 @@ class StepTimeEstimator:
                 continue
             if sample.batch < 1 or sample.gen_throughput <= 0 or sample.steps <= 0:
                 continue
-            seconds_per_step = sample.batch / sample.gen_throughput
+            # Under speculative decoding a step is one verify pass, which yields accept_length tokens per request.
+            accept = sample.accept_length if math.isfinite(sample.accept_length) and sample.accept_length >= 1 else 1.0
+            seconds_per_step = sample.batch * accept / sample.gen_throughput
             features = np.asarray([1.0, sample.batch, sample.kv_tokens, sample.prefill_batches / sample.steps,
                                    sample.prefill_tokens / sample.steps])
             z = features * prior
@@ -101,11 +106,13 @@ class StepTimeEstimator:
             self.normal += w * np.outer(z, z)
             self.moment += w * z * seconds_per_step
             self.weight += 1.0
+            self.accept_sum += accept
             used += 1
         return used
 
-    def fit(self) -> StepTimeFit | None:
-        """The cost model the samples imply, or None before any sample."""
+    def fit(self, draft_tokens: int = 0) -> StepTimeFit | None:
+        """The cost model the samples imply, or None before any sample. With speculative decoding (`draft_tokens`
+        > 0) the fitted per-request term holds the verify overhead, which the cost model keeps apart."""
         if self.weight <= 0 or not np.isfinite(self.normal).all():
             return None
         ones = np.ones(len(FEATURES))
@@ -123,7 +130,11 @@ class StepTimeEstimator:
             theta = scale * ones
         theta = np.clip(theta, scale / COEFFICIENT_RANGE, scale * COEFFICIENT_RANGE)
         coefficients = self._prior_vector() * theta
+        if draft_tokens > 0:
+            coefficients[1] /= 1.0 + self.prior.spec_verify_per_draft_token * draft_tokens
         fitted = dict(zip(FEATURES, (float(c) for c in coefficients), strict=True))
+        if draft_tokens > 0 and self.accept_sum > 0:
+            fitted["spec_accept_length"] = max(1.0, self.accept_sum / self.weight)
         # Prefill's attention term is not separately visible: it scales with the prefill per-token fit.
         context_scale = theta[4]
         cost = replace(
@@ -142,6 +153,7 @@ class StepTimeEstimator:
             "normal": self.normal.tolist(),
             "moment": self.moment.tolist(),
             "weight": self.weight,
+            "accept_sum": self.accept_sum,
             "last_time": self.last_time,
         }
 
@@ -158,6 +170,7 @@ class StepTimeEstimator:
             raise ValueError("step-time checkpoint has the wrong shape")
         estimator.normal, estimator.moment = normal, moment
         estimator.weight = float(data["weight"])
+        estimator.accept_sum = float(data.get("accept_sum", data["weight"]))
         last = data["last_time"]
         estimator.last_time = None if last is None else float(last)
         return estimator

@@ -1015,7 +1015,11 @@ class Simulator:
                 acc.state_bound_seconds += blocked
             else:
                 acc.kv_bound_seconds += blocked
+        # SGLang prints a decode line every decode_log_interval forward passes; with speculative decoding one pass
+        # verifies the drafts and yields spec_accept_length tokens per request (one simulated step each).
         interval = self.server.decode_log_interval
+        if self.draft:
+            interval = max(1, round(interval * self.cost.spec_accept_length))
         first_tick = (act.s0 + j1) // interval + 1
         last_tick = (act.s0 + j2) // interval
         for tick in range(first_tick, last_tick + 1):

@@ -65,3 +65,26 @@ def test_checkpoint_round_trip_gives_the_same_fit():
     assert restored.fit() == estimator.fit()
     with pytest.raises(ValueError):
         StepTimeEstimator.from_dict({**estimator.to_dict(), "version": 99})
+
+
+def test_speculative_decoding_is_fitted_per_verify_pass():
+    """gen throughput counts accepted tokens: a verify pass of `batch` requests yields batch x accept_length of
+    them, and the pass's per-request cost holds the verify overhead of the drafts (which the cost model keeps
+    apart as spec_verify_per_draft_token)."""
+    truth = dataclasses.replace(CostModel(), spec_accept_length=3.0)
+    draft_tokens = 4
+    overhead = 1.0 + truth.spec_verify_per_draft_token * draft_tokens
+    rng = np.random.default_rng(4)
+    samples = []
+    for _ in range(300):
+        batch, kv = float(rng.integers(4, 48)), float(rng.uniform(1e4, 4e5))
+        per_pass = truth.decode_base_seconds + truth.decode_per_request_seconds * batch * overhead \
+            + truth.decode_per_kv_token_seconds * kv
+        samples.append(StepSample(batch=batch, kv_tokens=kv, gen_throughput=batch * 3.0 / per_pass, steps=40.0,
+                                  accept_length=3.0))
+    estimator = StepTimeEstimator()
+    estimator.observe(0.0, samples)
+    fit = estimator.fit(draft_tokens=draft_tokens)
+    assert fit is not None and fit.cost.spec_accept_length == pytest.approx(3.0)
+    for name in ("decode_base_seconds", "decode_per_request_seconds", "decode_per_kv_token_seconds"):
+        assert getattr(fit.cost, name) == pytest.approx(getattr(truth, name), rel=0.05), name
