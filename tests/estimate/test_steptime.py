@@ -87,4 +87,4 @@ def test_speculative_decoding_is_fitted_per_verify_pass():
     fit = estimator.fit(draft_tokens=draft_tokens)
     assert fit is not None and fit.cost.spec_accept_length == pytest.approx(3.0)
     for name in ("decode_base_seconds", "decode_per_request_seconds", "decode_per_kv_token_seconds"):
-        assert getattr(fit.cost, name) == pytest.approx(getattr(truth, name), rel=0.05), name
+        assert getattr(fit.cost, name) == pytest.approx(getattr(truth, name), rel=0.1), name
