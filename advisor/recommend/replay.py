@@ -2,12 +2,11 @@
 with its own fitted step times, at candidate ratios around the closed-form prior; the ratio is read off the
 simulated goodput curve.
 
-Raw goodput (output tokens/s served) decides first: near capacity the SLO goodput (tokens/s of requests queued
-within a bound) flips with the realisation of the arrivals, raw goodput does not. Among the ratios within the
-replay's noise of the best raw goodput, SLO goodput then decides: where throughput ties, a state-bound split still
-pays for the queue it builds and a KV-bound one for its retractions and requeues. Where both are flat, the prior
-decides: the candidate nearest r* (which carries the insurance for the state pool's hard failure), never the
-plateau's lowest or highest ratio.
+Each candidate is scored by the mean of raw goodput (output tokens/s served) and SLO goodput (tokens/s of requests
+queued within a bound): a state-bound split pays for the queue it builds, a KV-bound one for its retractions and
+requeues, and near capacity, where the SLO figure flips with the realisation of the arrivals, the raw half keeps
+the score steady. Where the curve is flat within the replay's noise, the prior decides: the candidate nearest r*
+(which carries the insurance for the state pool's hard failure), never the plateau's lowest or highest ratio.
 """
 
 from __future__ import annotations
@@ -31,9 +30,6 @@ class ReplaySettings:
     points: int = 5  # on a geometric grid from prior / span to prior * span, then two refining points
     flat_tolerance: float = 0.01  # a plateau is within this share of the best (plus the replay's own noise)
     warmup_fraction: float = 0.1  # the replay starts empty: the first part of the window only fills it
-    # Among ratios within noise of the best raw goodput, those whose SLO goodput is within this share of the
-    # plateau's best are equally good; the prior picks among them.
-    slo_tolerance: float = 0.05
     min_requests: int = 50
 
     def __post_init__(self) -> None:
@@ -44,7 +40,7 @@ class ReplaySettings:
 @dataclass(frozen=True)
 class CurvePoint:
     ratio: float
-    goodput: float  # raw goodput, the curve's first criterion (tokens/s)
+    goodput: float  # the score: (raw + SLO goodput) / 2, tokens/s
     slo_goodput: float
     raw_goodput: float
     max_running_requests: int
@@ -64,7 +60,7 @@ class ReplayCurve:
     width_lower: float  # the ratio range within flat_tolerance of the best
     width_upper: float
     flat: bool  # the prior decided among several equally good candidates
-    metric: str  # what `goodput` holds: "raw_goodput"
+    metric: str  # what `goodput` holds: "goodput_score" = (raw + SLO goodput) / 2
     requests: int
     window_seconds: float
     source: str
@@ -81,6 +77,13 @@ class ReplayCurve:
     @property
     def width_ratio(self) -> float:
         return self.width_upper / self.width_lower if self.width_lower > 0 else math.inf
+
+
+def _score(result: SimResult) -> float:
+    """Half raw goodput, half SLO goodput: every served token counts, a token served within the queue bound counts
+    twice. Raw goodput alone is blind to the queue a short clamp builds under capacity; SLO goodput alone flips
+    with the arrivals' realisation near capacity and is zero for every ratio under sustained overload."""
+    return 0.5 * (result.goodput_tokens_per_second + result.slo_goodput_tokens_per_second)
 
 
 def _run(server: SchedulerServerConfig, picture: TrafficPicture, ratio: float, settings: ReplaySettings) -> SimResult:
@@ -128,30 +131,26 @@ def replay_curve(
     if live_ratio is not None and live_ratio > 0:
         results.setdefault(live_ratio, _run(server, picture, live_ratio, settings))
 
-    def plateau_of(candidates: list[float]) -> tuple[float, list[float], list[float]]:
-        """(best by raw goodput, the raw plateau, the plateau's SLO-best part)."""
-        best = max(candidates, key=lambda r: results[r].goodput_tokens_per_second)
-        top = results[best].goodput_tokens_per_second
-        tolerance = max(settings.flat_tolerance, 0.5 / math.sqrt(max(1, results[best].completed_requests)))
-        plateau = sorted(r for r in candidates if results[r].goodput_tokens_per_second >= top * (1.0 - tolerance))
-        slo_top = max(results[r].slo_goodput_tokens_per_second for r in plateau)
-        if slo_top <= 0:
-            return best, plateau, plateau
-        slo_tolerance = max(settings.slo_tolerance, tolerance)
-        kept = [r for r in plateau if results[r].slo_goodput_tokens_per_second >= slo_top * (1.0 - slo_tolerance)]
-        return best, plateau, kept
+    def score(r: float) -> float:
+        return _score(results[r])
 
-    best, _, kept = plateau_of(ratios)
-    centre = min(kept, key=lambda r: abs(math.log(r / prior_ratio)))
+    def plateau_of(candidates: list[float]) -> tuple[float, list[float]]:
+        """(the best candidate, the candidates within the replay's noise of it)."""
+        best = max(candidates, key=score)
+        tolerance = max(settings.flat_tolerance, 0.5 / math.sqrt(max(1, results[best].completed_requests)))
+        return best, sorted(r for r in candidates if score(r) >= score(best) * (1.0 - tolerance))
+
+    _, plateau = plateau_of(ratios)
+    centre = min(plateau, key=lambda r: abs(math.log(r / prior_ratio)))
     for r in (centre / math.sqrt(step), centre * math.sqrt(step)):
         if r not in results:
             results[r] = _run(server, picture, r, settings)
     candidates = sorted(r for r in results if r != live_ratio or r in ratios)
-    best, plateau, kept = plateau_of(candidates)
-    # Of the ratios that serve as much and queue as little as the best, the one nearest the prior.
-    chosen = min(kept, key=lambda r: abs(math.log(r / prior_ratio)))
-    metric = "raw_goodput"
-    scores = {r: res.goodput_tokens_per_second for r, res in results.items()}
+    best, plateau = plateau_of(candidates)
+    # Of the ratios within noise of the best, the one nearest the prior.
+    chosen = min(plateau, key=lambda r: abs(math.log(r / prior_ratio)))
+    metric = "goodput_score"
+    scores = {r: score(r) for r in results}
 
     points = [
         CurvePoint(
@@ -165,7 +164,7 @@ def replay_curve(
     ]
     return ReplayCurve(
         points=points, chosen_ratio=chosen, best_ratio=best, prior_ratio=prior_ratio,
-        width_lower=plateau[0], width_upper=plateau[-1], flat=len(kept) > 1, metric=metric,
+        width_lower=plateau[0], width_upper=plateau[-1], flat=len(plateau) > 1, metric=metric,
         requests=len(picture.requests), window_seconds=picture.window_seconds, source=picture.source,
         live_goodput=scores.get(live_ratio) if live_ratio is not None else None, chosen_goodput=scores[chosen],
     )
