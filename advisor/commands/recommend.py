@@ -12,7 +12,7 @@ from typing import Any
 from advisor.commands import recommend_store
 from advisor.errors import InputError
 from advisor.json_output import finite_or_none
-from advisor.model.advice import MemoryFacts, advise
+from advisor.model.advice import MemoryFacts, advise, clamp_mismatch
 from advisor.model.pools import GIB, ByteConstants, kv_capacity_requests, split_pools
 from advisor.model.serving import (
     STRATEGIES,
@@ -235,11 +235,9 @@ def run(args: argparse.Namespace) -> int:
             advice.notes.append(
                 f"the boot log says {logged_slots} state slots per request but its flags give S = {slots_per_request(boot_config)}: check the strategy / env"
             )
-        if boot.max_running_requests is not None and live_split.max_running_requests != boot.max_running_requests:
-            advice.notes.append(
-                f"model predicts clamp {live_split.max_running_requests} at the boot's r = {boot_config.mamba_full_memory_ratio:g}, "
-                f"the log says {boot.max_running_requests}"
-            )
+        mismatch = clamp_mismatch(live_split.max_running_requests, boot.max_running_requests)
+        if mismatch:
+            advice.notes.append(mismatch)
         if slots_per_request(boot_config) != advice.slots_per_request:
             advice.notes.append(
                 f"the recommendation assumes S = {advice.slots_per_request} ({advice.strategy}); the boot ran with "

@@ -151,24 +151,14 @@ def free_lever(memory: MemoryFacts) -> tuple[float | None, str | None]:
     )
 
 
-def advise(
-    config: ServingConfig,
-    constants: ByteConstants,
-    context_length: float,
-    *,
-    rest_bytes: float | None = None,
-    memory: MemoryFacts | None = None,
-    model_context_len: int = 262144,
-) -> Advice:
-    """The seed's procedure for one context length L (tokens, input + output)."""
-    if context_length <= 0:
-        raise ValueError(f"context length must be > 0 tokens, got {context_length:g}")
+def caveats(config: ServingConfig, constants: ByteConstants) -> list[str]:
+    """What the operator must know beside the ratio, for a serving config and its byte constants: the S and D
+    rules that bend (PP, ReplaySSM), the draft KV, the dtype accuracy gates, an assumed env var, a strategy's
+    cost. Offline `recommend` and the online engine both report exactly these."""
+    notes: list[str] = []
     slots = slots_per_request(config)
     draft = effective_draft_tokens(config)
-    ratio = optimal_ratio_for(config, constants, context_length)
-    notes: list[str] = []
     strategy = resolve_strategy(config)
-
     if config.pp_size > 1 and strategy.startswith("extra_buffer"):
         notes.append(f"pp_size {config.pp_size} turns the overlap scheduler off, so S = {slots} (not the overlap row)")
     if config.replayssm and spec_enabled(config):
@@ -201,6 +191,35 @@ def advise(
         notes.append(assumed)
     if not overlap_enabled(config) and strategy == "no_buffer":
         notes.append("no_buffer runs without the overlap scheduler: lower decode throughput than extra_buffer_lazy")
+    return notes
+
+
+def clamp_mismatch(predicted: int, observed: int | None) -> str | None:
+    """The one rule for a predicted clamp that disagrees with the server's: any difference of more than one
+    request (the pool arithmetic is SGLang's; one request of slack covers constants inverted from rounded
+    sizes)."""
+    if observed is None or abs(predicted - observed) <= 1:
+        return None
+    return f"model predicts clamp {predicted} at the live config, the server reports {observed}"
+
+
+def advise(
+    config: ServingConfig,
+    constants: ByteConstants,
+    context_length: float,
+    *,
+    rest_bytes: float | None = None,
+    memory: MemoryFacts | None = None,
+    model_context_len: int = 262144,
+) -> Advice:
+    """The seed's procedure for one context length L (tokens, input + output)."""
+    if context_length <= 0:
+        raise ValueError(f"context length must be > 0 tokens, got {context_length:g}")
+    slots = slots_per_request(config)
+    draft = effective_draft_tokens(config)
+    ratio = optimal_ratio_for(config, constants, context_length)
+    strategy = resolve_strategy(config)
+    notes: list[str] = caveats(config, constants)
 
     predicted_cache = predicted_clamp = kv_tokens = None
     kv_requests: float | None = None

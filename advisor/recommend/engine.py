@@ -20,11 +20,10 @@ import math
 from dataclasses import dataclass, field, replace
 
 from advisor.estimate.summary import WorkloadSummary
-from advisor.model.advice import PIN_REASONS, MemoryFacts, flag_line, free_lever
+from advisor.model.advice import PIN_REASONS, MemoryFacts, caveats, clamp_mismatch, flag_line, free_lever
 from advisor.model.pools import ByteConstants, optimal_ratio_for, split_pools
 from advisor.model.serving import (
     ServingConfig,
-    assumed_slots_note,
     effective_draft_tokens,
     slots_per_request,
 )
@@ -166,11 +165,9 @@ def _recommend(model: ServerModel, picture: WorkloadPicture, settings: Recommend
     live: PoolOutcome | None = None
     if model.rest_bytes is not None:
         live = pool_outcome(model.rest_bytes, serving, constants, context, model.model_context_len)
-        observed = model.observed_max_running_requests
-        if observed is not None and abs(observed - live.split.max_running_requests) > max(2, 0.05 * observed):
-            notes.append(
-                f"model predicts clamp {live.split.max_running_requests} at the live config, the server reports {observed}"
-            )
+        mismatch = clamp_mismatch(live.split.max_running_requests, model.observed_max_running_requests)
+        if mismatch:
+            notes.append(mismatch)
     nudge = closed_loop_nudge(
         summary, live.binding_pool if live else None, evidence_threshold=settings.evidence_threshold,
         strength=settings.closed_loop_strength, limit=settings.closed_loop_limit,
@@ -185,9 +182,7 @@ def _recommend(model: ServerModel, picture: WorkloadPicture, settings: Recommend
             f"KV-blocked admission {summary.kv_blocked_ratio or 0:.0%} of the time with an idle state pool, against the "
             "model: nudged r down"
         )
-    assumed = assumed_slots_note(serving)
-    if assumed:
-        notes.append(assumed)
+    notes.extend(caveats(serving, constants))
     factor = bias * math.exp(nudge.log_factor)
     base.nudge_evidence = nudge.evidence
     target = r_center * factor
