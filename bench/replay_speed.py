@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 
-from advisor.estimate.traffic import TrafficPicture
+from advisor.estimate.traffic import ExactRequest, TrafficEstimator, TrafficSettings
 from advisor.model.pools import optimal_ratio_for
 from advisor.recommend.replay import replay_curve
 from advisor.sim.config import load_server_config
@@ -27,10 +27,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--server", default="default")
     args = parser.parse_args(argv)
     server = load_server_config(args.server)
-    print(f"{'workload':22s} {'requests':>8s} {'runs':>4s} {'replay s':>8s} {'s/run':>6s}  chosen r (prior)")
+    print(f"{'workload':22s} {'observed':>8s} {'replayed':>8s} {'runs':>4s} {'replay s':>8s} {'s/run':>6s}  chosen r (prior)")
     for name in args.workloads.split(","):
         requests = load_workload(name).requests(1, args.window)
-        picture = TrafficPicture(requests=requests, window_seconds=args.window, source="bench")
+        # through the daemon's traffic picture, so its cap on replayed requests applies
+        traffic = TrafficEstimator(TrafficSettings(window_seconds=args.window))
+        traffic.observe_requests([ExactRequest(r.time, r.input_tokens, r.output_tokens, r.max_new_tokens)
+                                  for r in requests])
+        picture = traffic.picture()
+        if picture is None:
+            continue
         mean_context = float(np.mean([r.input_tokens + r.output_tokens for r in requests]))
         prior = optimal_ratio_for(server.serving, server.constants, mean_context)
         started = time.perf_counter()
@@ -40,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name:22s} {len(requests):8d}  (too few requests to replay)")
             continue
         runs = len(curve.points)
-        print(f"{name:22s} {len(requests):8d} {runs:4d} {elapsed:8.2f} {elapsed / runs:6.3f}  "
+        print(f"{name:22s} {len(requests):8d} {len(picture.requests):8d} {runs:4d} {elapsed:8.2f} {elapsed / runs:6.3f}  "
               f"{curve.chosen_ratio:.3g} ({prior:.3g})", flush=True)
     return 0
 

@@ -37,12 +37,14 @@ class TrafficSettings:
     max_requests: int = 30000
     # exact request records stand in for the bins once they cover this share of the window
     exact_coverage: float = 0.8
+    # A replay's cost grows with its requests: a busy server's picture keeps its most recent this many.
+    max_replay_requests: int = 8000
 
     def __post_init__(self) -> None:
         if not self.window_seconds > 0:
             raise ValueError(f"window_seconds must be > 0, got {self.window_seconds}")
-        if self.max_bins < 2 or self.max_requests < 1:
-            raise ValueError("max_bins must be >= 2 and max_requests >= 1")
+        if self.max_bins < 2 or self.max_requests < 1 or self.max_replay_requests < 2:
+            raise ValueError("max_bins must be >= 2, max_requests >= 1 and max_replay_requests >= 2")
         if not 0 < self.exact_coverage <= 1:
             raise ValueError(f"exact_coverage must be in (0, 1], got {self.exact_coverage}")
 
@@ -168,10 +170,16 @@ class TrafficEstimator:
 
     def picture(self, seed: int = 0) -> TrafficPicture | None:
         """The replayable traffic of the window, or None when too little has been seen."""
-        exact = self._exact_picture()
-        if exact is not None:
-            return exact
-        return self._binned_picture(seed)
+        picture = self._exact_picture() or self._binned_picture(seed)
+        if picture is None or len(picture.requests) <= self.settings.max_replay_requests:
+            return picture
+        # The most recent requests only, from the first of them (what ran before is not replayed).
+        kept = picture.requests[-self.settings.max_replay_requests:]
+        start = kept[0].time
+        shifted = [RequestSpec(r.time - start, r.input_tokens, r.output_tokens, r.max_new_tokens, r.prefix_group,
+                               r.prefix_tokens) for r in kept]
+        return TrafficPicture(requests=shifted, window_seconds=max(picture.window_seconds - start, 1.0),
+                              source=picture.source)
 
     def _exact_picture(self) -> TrafficPicture | None:
         if len(self.exact) < 2:

@@ -201,6 +201,9 @@ def _recommend(model: ServerModel, picture: WorkloadPicture, settings: Recommend
         rec.goodput_curve_width_ratio = replay.width_ratio
         rec.goodput_curve = [(p.ratio, p.goodput) for p in replay.points]
         rec.replay_metric = replay.metric
+        rec.replay_requests, rec.replay_window_seconds = replay.requests, replay.window_seconds
+        rec.replay_source = replay.source
+        rec.step_time_coefficients = dict(replay.step_time)
         if replay.flat:
             notes.append(
                 f"replayed goodput is flat within its noise over r {replay.width_lower:.3g}-{replay.width_upper:.3g}: "

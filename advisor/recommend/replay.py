@@ -66,6 +66,7 @@ class ReplayCurve:
     source: str
     live_goodput: float | None  # at the live ratio, when given
     chosen_goodput: float
+    step_time: dict[str, float]  # the cost model the replay stepped with (fitted to this server)
 
     @property
     def gain(self) -> float | None:
@@ -167,5 +168,6 @@ def replay_curve(
         width_lower=plateau[0], width_upper=plateau[-1], flat=len(plateau) > 1, metric=metric,
         requests=len(picture.requests), window_seconds=picture.window_seconds, source=picture.source,
         live_goodput=scores.get(live_ratio) if live_ratio is not None else None, chosen_goodput=scores[chosen],
+        step_time=server.cost.to_dict(),
     )
 

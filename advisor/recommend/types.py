@@ -48,7 +48,11 @@ class Recommendation:
     predicted_goodput_gain_ratio: float | None = None  # replayed goodput at the recommended r over the live r
     goodput_curve_width_ratio: float | None = None  # upper / lower end of the r range within noise of the best
     goodput_curve: list[tuple[float, float]] = field(default_factory=list)  # (r, replayed goodput tokens/s)
-    replay_metric: str | None = None  # "slo_goodput" | "raw_goodput"
+    replay_metric: str | None = None  # what the curve's goodput is: "goodput_score" = (raw + SLO goodput) / 2
+    replay_requests: int | None = None  # requests replayed, over replay_window_seconds, from replay_source
+    replay_window_seconds: float | None = None
+    replay_source: str | None = None  # "request_log" (exact) | "metrics" (per-interval arrivals and histograms)
+    step_time_coefficients: dict[str, float] = field(default_factory=dict)  # the cost model fitted to this server
     notes: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:

@@ -66,3 +66,13 @@ def test_checkpoint_round_trip_keeps_the_picture():
                              generation_counts=[0, 40, 0, 0], generation_sum=8000)
     restored = TrafficEstimator.from_dict(traffic.to_dict())
     assert restored.picture(seed=3) == traffic.picture(seed=3)
+
+
+def test_a_busy_servers_picture_keeps_its_most_recent_requests():
+    traffic = TrafficEstimator(TrafficSettings(window_seconds=1000, max_replay_requests=100))
+    traffic.observe_requests([ExactRequest(arrival=float(t), input_tokens=100 + t, output_tokens=10)
+                              for t in range(0, 1000, 2)])
+    picture = traffic.picture()
+    assert picture is not None and len(picture.requests) == 100
+    assert picture.requests[0].time == 0.0 and picture.requests[0].input_tokens == 100 + 800
+    assert picture.window_seconds == pytest.approx(198.0)

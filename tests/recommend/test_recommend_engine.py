@@ -164,7 +164,8 @@ def _curve(points, chosen, live, lower, upper, prior):
     goodput = dict(points)
     return ReplayCurve(points=made, chosen_ratio=chosen, best_ratio=chosen, prior_ratio=prior, width_lower=lower,
                        width_upper=upper, flat=False, metric="raw_goodput", requests=1000, window_seconds=1800,
-                       source="test", live_goodput=goodput[live], chosen_goodput=goodput[chosen])
+                       source="test", live_goodput=goodput[live], chosen_goodput=goodput[chosen],
+                       step_time={"decode_base_seconds": 0.02})
 
 
 @pytest.mark.parametrize(
@@ -187,3 +188,4 @@ def test_the_replayed_curve_decides_the_ratio_and_its_gain_the_decision(points, 
     assert (rec.decision, rec.reason_code) == (decision, code)
     assert rec.predicted_goodput_gain_ratio == pytest.approx(dict(points)[chosen] / dict(points)[0.9])
     assert rec.goodput_curve == points
+    assert rec.step_time_coefficients == {"decode_base_seconds": 0.02} and rec.replay_source == "test"
