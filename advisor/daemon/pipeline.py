@@ -82,6 +82,7 @@ class TargetPipeline:
         self.uses_decode_lines = False
         self.replay_result: ReplayCurve | None = None
         self.replay_time: float | None = None
+        self.last_scrape_now: float | None = None  # when the previous good scrape was taken (advisor clock)
         self.followers = [LogFollower(path, max_line_bytes=config.max_line_bytes) for path in target.log_paths]
         self.log_parser = LogLineParser()
         self.previous: MetricsObservation | None = None
@@ -225,7 +226,9 @@ class TargetPipeline:
         if observation is None:
             self._error("metrics", error or "no observation")
             return False
-        delta = self.counters.diff(observation, now=now)
+        interval = now - self.last_scrape_now if self.last_scrape_now is not None else None
+        self.last_scrape_now = now
+        delta = self.counters.diff(observation, now=now, interval_seconds=interval)
         report.metrics, report.delta = observation, delta
         first = self.previous is None
         self.previous = observation
