@@ -239,8 +239,9 @@ def exact_requests(records: Iterable[RequestRecord], time_scale: float = 1.0) ->
     for record in records:
         if record.time is None or record.e2e_latency is None:
             continue
-        out.append(ExactRequest(arrival=record.time * time_scale - record.e2e_latency, input_tokens=record.prompt_tokens,
-                                output_tokens=record.completion_tokens))
+        finish = record.time * time_scale
+        out.append(ExactRequest(arrival=finish - record.e2e_latency, input_tokens=record.prompt_tokens,
+                                output_tokens=record.completion_tokens, finish=finish))
     return out
 
 

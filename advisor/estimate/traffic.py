@@ -36,7 +36,7 @@ class TrafficSettings:
     max_bins: int = 360
     max_requests: int = 30000
     # exact request records stand in for the bins once they cover this share of the window
-    exact_coverage: float = 0.8
+    exact_coverage: float = 0.5
     # A replay's cost grows with its requests: a busy server's picture keeps its most recent this many.
     max_replay_requests: int = 8000
 
@@ -75,6 +75,7 @@ class ExactRequest:
     input_tokens: int
     output_tokens: int
     max_new_tokens: int | None = None
+    finish: float | None = None  # server clock seconds; None = arrival (a record without latency)
 
 
 @dataclass(frozen=True)
@@ -182,9 +183,18 @@ class TrafficEstimator:
                               source=picture.source)
 
     def _exact_picture(self) -> TrafficPicture | None:
+        """The finished requests whose arrivals are known completely: from the first finish seen (an earlier
+        arrival is only known if it finished late) to the last finish less the 98th percentile of e2e latency
+        (a later arrival may not have finished yet)."""
         if len(self.exact) < 2:
             return None
-        records = sorted(self.exact, key=lambda r: r.arrival)  # kept in finish order; arrivals interleave
+        finishes = np.asarray([r.arrival if r.finish is None else r.finish for r in self.exact])
+        latencies = finishes - np.asarray([r.arrival for r in self.exact])
+        lower = float(finishes.min())
+        upper = float(finishes.max() - np.quantile(latencies, 0.98))
+        records = sorted((r for r in self.exact if lower <= r.arrival <= upper), key=lambda r: r.arrival)
+        if len(records) < 2:
+            return None
         first, last = records[0].arrival, records[-1].arrival
         span = last - first
         if span < self.settings.exact_coverage * self.settings.window_seconds and not self._exact_covers_history(span):
@@ -246,7 +256,7 @@ class TrafficEstimator:
             "version": CHECKPOINT_VERSION,
             "settings": asdict(self.settings),
             "bins": [asdict(b) for b in self.bins],
-            "exact": [[r.arrival, r.input_tokens, r.output_tokens, r.max_new_tokens] for r in self.exact],
+            "exact": [[r.arrival, r.input_tokens, r.output_tokens, r.max_new_tokens, r.finish] for r in self.exact],
             "last_in_system": self.last_in_system,
             "last_time": self.last_time,
         }
@@ -259,7 +269,8 @@ class TrafficEstimator:
         estimator = cls(TrafficSettings(**data["settings"]))
         estimator.bins = deque(TrafficBin(**b) for b in data["bins"])
         estimator.exact = deque(
-            ExactRequest(float(a), int(i), int(o), None if m is None else int(m)) for a, i, o, m in data["exact"]
+            ExactRequest(float(a), int(i), int(o), None if m is None else int(m), None if f is None else float(f))
+            for a, i, o, m, f in data["exact"]
         )
         estimator.newest_arrival = max((r.arrival for r in estimator.exact), default=None)
         for name in ("last_in_system", "last_time"):

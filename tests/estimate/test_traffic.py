@@ -76,3 +76,18 @@ def test_a_busy_servers_picture_keeps_its_most_recent_requests():
     assert picture is not None and len(picture.requests) == 100
     assert picture.requests[0].time == 0.0 and picture.requests[0].input_tokens == 100 + 800
     assert picture.window_seconds == pytest.approx(198.0)
+
+
+def test_exact_arrivals_are_replayed_only_where_every_one_has_finished():
+    """A request that arrived late in the window may still be queued: the exact picture ends at the last finish
+    less the 98th percentile latency, and starts at the first finish seen (earlier arrivals are only known if
+    they finished late)."""
+    traffic = TrafficEstimator(TrafficSettings(window_seconds=400, exact_coverage=0.5))
+    records = [ExactRequest(arrival=float(t), input_tokens=100, output_tokens=10, finish=float(t) + 50.0)
+               for t in range(0, 400)]
+    records.append(ExactRequest(arrival=-500.0, input_tokens=100, output_tokens=10, finish=60.0))  # finished late
+    traffic.observe_requests(records)
+    picture = traffic.picture()
+    assert picture is not None and picture.source == "request_log"
+    # arrivals from 50 (the first finish) to 449 - 50 (the last finish less the 98th percentile latency, 50)
+    assert len(picture.requests) == 350 and picture.requests[0].time == 0.0
