@@ -280,7 +280,8 @@ class TargetPipeline:
         )
         picture.replay = self._replay(now, model, picture)
         try:
-            rec = recommend(model, picture, self.recommender_settings, inputs_stale=stale)
+            previous = self.last_recommendation.decision if self.last_recommendation else None
+            rec = recommend(model, picture, self.recommender_settings, inputs_stale=stale, previous_decision=previous)
         except (ValueError, ZeroDivisionError) as exc:
             self._error("internal", f"recommendation failed: {exc}")
             rec = Recommendation(decision="insufficient_data", reason=f"cannot compute: {exc}")

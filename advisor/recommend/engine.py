@@ -112,16 +112,20 @@ def recommend(
     settings: RecommenderSettings,
     *,
     inputs_stale: bool = False,
+    previous_decision: str | None = None,
 ) -> Recommendation:
-    """The recommendation; with `inputs_stale` the numbers are the last good estimate's, flagged as such."""
-    rec = _recommend(model, picture, settings)
+    """The recommendation; with `inputs_stale` the numbers are the last good estimate's, flagged as such.
+    `previous_decision` (the last cycle's) gives the replayed-gain threshold its hysteresis."""
+    rec = _recommend(model, picture, settings, previous_decision)
     if inputs_stale and rec.decision != "unified_memory":
         rec.reason = f"the last scrapes failed; showing the last good estimate ({rec.decision}): {rec.reason}"
         rec.decision, rec.reason_code = "inputs_stale", "inputs_stale"
     return rec
 
 
-def _recommend(model: ServerModel, picture: WorkloadPicture, settings: RecommenderSettings) -> Recommendation:
+def _recommend(
+    model: ServerModel, picture: WorkloadPicture, settings: RecommenderSettings, previous_decision: str | None = None,
+) -> Recommendation:
     serving = model.serving
     summary = picture.summary
     live_ratio = live_ratio_of(model)
@@ -244,6 +248,11 @@ def _recommend(model: ServerModel, picture: WorkloadPicture, settings: Recommend
     balanced_gain: float | None
     if replay is not None and replay.gain is not None:
         gain, balanced_gain, min_gain = replay.gain, None, settings.min_goodput_gain
+        # Hysteresis: a move already advised in this direction stands until its gain falls below half the bar,
+        # so a gain hovering at the threshold does not flip the decision every replay.
+        direction = "raise_ratio" if live_ratio is not None and target > live_ratio else "lower_ratio"
+        if previous_decision == direction:
+            min_gain = settings.min_goodput_gain / 2
     else:
         gain = outcomes.gain if outcomes else None
         balanced_gain = outcomes.balanced_gain if outcomes else None

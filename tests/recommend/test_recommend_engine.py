@@ -189,3 +189,20 @@ def test_the_replayed_curve_decides_the_ratio_and_its_gain_the_decision(points, 
     assert rec.predicted_goodput_gain_ratio == pytest.approx(dict(points)[chosen] / dict(points)[0.9])
     assert rec.goodput_curve == points
     assert rec.step_time_coefficients == {"decode_base_seconds": 0.02} and rec.replay_source == "test"
+
+
+def test_an_advised_move_stands_until_its_replayed_gain_falls_below_half_the_bar():
+    est, now = run([[(8192, 1024)] * 600])
+    points = [(0.3, 1000.0), (0.5, 1000.0), (0.9, 1000.0), (1.5, 1020.0), (3.0, 900.0)]  # +2% at 1.5
+    settings = RecommenderSettings()
+    assert settings.min_goodput_gain / 2 < 0.02 < settings.min_goodput_gain
+
+    def decide(previous):
+        picture = picture_of(est, now)
+        picture.replay = _curve(points, 1.5, live=0.9, lower=1.4, upper=1.6, prior=1.7)
+        model_ = model(strategy="extra_buffer_lazy", mamba_full_memory_ratio=0.9)
+        return recommend(model_, picture, settings, previous_decision=previous).decision
+
+    assert decide(None) == "hold" and decide("hold") == "hold"
+    assert decide("raise_ratio") == "raise_ratio"  # +2% is above half the bar: the advised raise stands
+    assert decide("lower_ratio") == "hold"
