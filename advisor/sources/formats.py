@@ -104,6 +104,17 @@ LINE_FORMATS: tuple[LineFormat, ...] = (
         "intermediate_conv_window_cache size: …GB ` without commas",
     ),
     LineFormat(
+        "replayssm_ring",
+        "GDN ReplaySSM ring buffers allocated",
+        "GDN ReplaySSM ring buffers allocated (record_len={record_len}, fold={fold}): d={d:.3f}GB, k={k:.3f}GB, "
+        "g={g:.3f}GB {raw}",
+        "0.5.23",
+        None,
+        "mem_cache/memory_pool.py (MambaPool, ~1010-1028)",
+        "KDA adds `rawv=…GB, rawk=…GB, beta=…GB `; GDN spec rings hold mrr // attn_dp + 1 requests, KDA's every "
+        "slot (size + 1)",
+    ),
+    LineFormat(
         "kv_pool_plain",
         "KV Cache is allocated.",
         "{label}KV Cache is allocated. #tokens: {tokens}, {sizes}",
