@@ -13,7 +13,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from advisor.model.pools import SPEC_DEFAULT_MAX_RUNNING_REQUESTS, ByteConstants
+from advisor.model.pools import SPEC_DEFAULT_MAX_RUNNING_REQUESTS, ByteConstants, requested_cap
 from advisor.model.serving import (
     ServingConfig,
     replayssm_active,
@@ -80,7 +80,7 @@ def _ratio_based(config: ServingConfig) -> bool:
     """Whether the slot count came from the ratio (not pinned, not one slot per request with radix off)."""
     if config.max_mamba_cache_size is not None:
         return False
-    return not (config.disable_radix_cache and config.max_running_requests is not None)
+    return not (config.disable_radix_cache and requested_cap(config) is not None)
 
 
 @dataclass(frozen=True)
@@ -167,7 +167,8 @@ def invert_pools(
     draft's KV rides in each row: from the reported draft pool, else `draft_kv_fraction` x the target's
     (the model config's draft layers / attention layers), else left out, which keeps every count and token_equiv
     right and understates the bytes by that fraction. `rest` is rebuilt so that `split_pools` at the live ratio
-    gives back the reported slot count: the KV side's midpoint, moved inside the budget interval that yields K.
+    gives back the reported slot count: the KV side's midpoint, moved to the nearest point of the budget
+    interval that yields K.
     """
     page = config.page_size
     with_kv = [s for s in stages if s.kv_bytes_per_token(page) > 0]
@@ -234,10 +235,10 @@ def invert_pools(
         rest = remaining + terms.spent_per_ps * per_slot + terms.spent_fixed
         low = (terms.lo_per_ps * per_slot + terms.lo_fixed) * (1 + ratio) / ratio
         width = (terms.width_per_ps * per_slot + terms.width_fixed) * (1 + ratio) / ratio
-        # keep clear of the edges by a hair, so that float rounding in the forward split cannot flip K
-        margin = min(width * 1e-6, width / 4)
-        if not low + margin <= rest <= low + width - margin:
-            rest = low + width / 2
+        # The KV side's estimate, moved to the nearest point inside K's interval when the rounding of the
+        # reported GB put it outside (kept clear of the edges so float rounding cannot flip K).
+        margin = width * 0.02
+        rest = min(max(rest, low + margin), low + width - margin)
     else:
         rest = remaining + _reserved_state_bytes(config, cache_size, per_slot, ring)
     if not math.isfinite(rest) or rest <= 0:

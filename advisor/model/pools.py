@@ -65,9 +65,18 @@ def kv_cell_bytes(config: ServingConfig, constants: ByteConstants) -> float:
     return constants.kv_bytes_per_token
 
 
+def slot_bytes(config: ServingConfig, constants: ByteConstants) -> float:
+    """Bytes one state slot costs the budget: the state, plus under an active ReplaySSM on a KDA model the ring
+    that rides on every slot (kv_cache_configurator.py ~3282-3291: GDN's ring is fixed request scratch instead)."""
+    if config.linear_family == "kda" and replayssm_active(config):
+        return constants.state_bytes_per_slot + constants.replayssm_ring_bytes_per_request
+    return constants.state_bytes_per_slot
+
+
 def cell_token_equiv(config: ServingConfig, constants: ByteConstants) -> float:
-    """token_equiv against the whole per-token cell (draft KV included under spec)."""
-    return constants.state_bytes_per_slot / kv_cell_bytes(config, constants)
+    """token_equiv of a whole slot (a KDA ReplaySSM ring included) against the whole per-token cell (draft KV
+    included under spec)."""
+    return slot_bytes(config, constants) / kv_cell_bytes(config, constants)
 
 
 def optimal_ratio(
@@ -108,8 +117,9 @@ class PoolSplit:
     clamped_by_state_pool: bool
 
 
-def _requested_cap(config: ServingConfig) -> int | None:
-    """`max_running_requests // attn_dp` as SGLang sees it, the spec hook's default of 48 included."""
+def requested_cap(config: ServingConfig) -> int | None:
+    """`max(1, max_running_requests // attn_dp)` as SGLang sizes with it: the user's value, else the spec hook's
+    default of 48 (arg_groups/speculative_hook.py ~1086-1095), else None (resolved later from the KV pool)."""
     if config.max_running_requests is not None:
         return max(1, config.max_running_requests // config.attn_dp_size)
     if spec_enabled(config) and config.draft_tokens > 0:
@@ -142,7 +152,7 @@ def split_pools(
     draft = config.draft_tokens if spec_enabled(config) else 0
     replay = replayssm_active(config)
     reserves_spec_state = draft > 0 and not replay
-    requested = _requested_cap(config)
+    requested = requested_cap(config)
     ring_fixed = float(replayssm_fixed_bytes)
     ring_per_slot = 0.0
     if replay and constants.replayssm_ring_bytes_per_request > 0:
@@ -161,9 +171,10 @@ def split_pools(
         if reserves_spec_state:
             capped = min(requested or 1, cache_size // slots)
             intermediate = per_slot * (capped + 1) * draft
-    elif config.disable_radix_cache and config.max_running_requests is not None:
+    elif config.disable_radix_cache and requested is not None:
+        # radix off with a resolved max_running_requests (the user's, or spec's default 48): one slot per request
         ratio = None
-        cache_size = max(1, config.max_running_requests // config.attn_dp_size)
+        cache_size = requested
         if reserves_spec_state:
             intermediate = per_slot * (cache_size + 1) * draft
     else:
@@ -224,7 +235,7 @@ def balanced_concurrency(
     slots = slots_per_request(config)
     draft = effective_draft_tokens(config)
     kv_per_request = context_length * kv_cell_bytes(config, constants) / config.dcp_size
-    return rest_bytes / ((slots + draft) * constants.state_bytes_per_slot + kv_per_request)
+    return rest_bytes / ((slots + draft) * slot_bytes(config, constants) + kv_per_request)
 
 
 def pin_size(target_concurrency: float, config: ServingConfig) -> int:

@@ -25,7 +25,10 @@ NO_BUFFER_SLOT_ADDED_BACK_ON_SKIP = 1
 SKIP_SOURCE_ASSUMED = "assumed"  # not visible: assumed off (SGLang's default)
 SKIP_SOURCE_ENV_VARS = "env_vars"  # read from /server_info's env_vars
 SKIP_SOURCE_CONFIG = "config"  # set by the operator (advisor config), wins over the rest
-SKIP_SOURCES = (SKIP_SOURCE_ASSUMED, SKIP_SOURCE_ENV_VARS, SKIP_SOURCE_CONFIG)
+# read back from the boot log's `N state slots per request` (the capped warning, kv_cache_configurator.py
+# `resolve_max_num_reqs`): the S SGLang itself used
+SKIP_SOURCE_BOOT_LOG = "boot_log"
+SKIP_SOURCES = (SKIP_SOURCE_ASSUMED, SKIP_SOURCE_ENV_VARS, SKIP_SOURCE_CONFIG, SKIP_SOURCE_BOOT_LOG)
 
 # Architectures with the extra track buffer (SGLang 0.5.23 arg_groups/overrides.py:401-436,
 # `_MAMBA_EXTRA_BUFFER_ARCHS`); only on the triton linear-attention backend
@@ -202,6 +205,8 @@ def slots_assumption(config: ServingConfig) -> SlotsAssumption:
         reason = f"SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK {state} per the advisor config: S = {slots}"
     elif config.skip_decode_lock_source == SKIP_SOURCE_ENV_VARS:
         reason = f"SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK {state} per /server_info env_vars: S = {slots}"
+    elif config.skip_decode_lock_source == SKIP_SOURCE_BOOT_LOG:
+        reason = f"SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK {state} per the boot log's state slots per request: S = {slots}"
     else:
         reason = (
             f"SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK assumed {state} (not visible without SGLANG_EXPOSE_OWN_ENV_VARS=1): "

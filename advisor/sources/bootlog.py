@@ -15,7 +15,7 @@ from pathlib import Path
 from advisor.errors import InputError
 from advisor.model.inversion import InvertedPools, StagePools, invert_pools
 from advisor.model.pools import GIB, ByteConstants
-from advisor.model.serving import ServingConfig
+from advisor.model.serving import SKIP_SOURCE_BOOT_LOG, ServingConfig, slots_per_request
 from advisor.sources.formats import (
     AUTO_STRATEGY_BEFORE_KV_DTYPE,
     float_after,
@@ -110,8 +110,17 @@ class BootInfo:
         class it loaded. A server_args field SGLang would refuse is an InputError naming it."""
         from advisor.sources.server_info import serving_config_from_args
 
-        return serving_config_from_args(self.effective_server_args, where="boot log server_args",
-                                        architecture=self.model_class)
+        config = serving_config_from_args(self.effective_server_args, where="boot log server_args",
+                                          architecture=self.model_class)
+        # The capped warning names the S SGLang used: it shows SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK, which the
+        # server_args do not.
+        logged = self.logged_slots_per_request
+        if logged is not None and logged != slots_per_request(config):
+            flipped = replace(config, skip_decode_lock=not config.skip_decode_lock,
+                              skip_decode_lock_source=SKIP_SOURCE_BOOT_LOG)
+            if slots_per_request(flipped) == logged:
+                return flipped
+        return config
 
     def pools(self, config: ServingConfig | None = None) -> InvertedPools:
         """The byte constants and budget this boot's pools imply (`advisor.model.inversion`), inverted with the
@@ -551,17 +560,17 @@ def parse_boot_log(text: str, *, source: str = "boot log") -> BootInfo:
     info.pp_ranks_seen = max(len(stage_ids), 1)
     for stage in stage_ids:
         stage_lines = boot.ranks[min(r for r in staged if r[1] == stage)]
-        state = stage_lines.states[0] if stage_lines.states else None
-        kv = stage_lines.post_kv or (stage_lines.kvs[0] if stage_lines.kvs else None)
-        draft = stage_lines.post_draft_kv or (stage_lines.kvs[1] if len(stage_lines.kvs) > 1 else None)
-        info.stage_pools[stage] = (state, kv)
+        stage_state = stage_lines.states[0] if stage_lines.states else None
+        stage_kv = stage_lines.post_kv or (stage_lines.kvs[0] if stage_lines.kvs else None)
+        stage_draft = stage_lines.post_draft_kv or (stage_lines.kvs[1] if len(stage_lines.kvs) > 1 else None)
+        info.stage_pools[stage] = (stage_state, stage_kv)
         info.stages[stage] = StagePools(
-            max_mamba_cache_size=state.max_mamba_cache_size if state is not None else 0,
-            kv_tokens=kv.tokens if kv is not None else 0,
-            kv_pool_bytes=kv.kv_gib * GIB if kv is not None else 0.0,
-            state_pool_bytes=state.persistent_gib * GIB if state is not None else None,
-            draft_kv_pool_bytes=draft.kv_gib * GIB if draft is not None else 0.0,
-            draft_kv_tokens=draft.tokens if draft is not None else None,
+            max_mamba_cache_size=stage_state.max_mamba_cache_size if stage_state is not None else 0,
+            kv_tokens=stage_kv.tokens if stage_kv is not None else 0,
+            kv_pool_bytes=stage_kv.kv_gib * GIB if stage_kv is not None else 0.0,
+            state_pool_bytes=stage_state.persistent_gib * GIB if stage_state is not None else None,
+            draft_kv_pool_bytes=stage_draft.kv_gib * GIB if stage_draft is not None else 0.0,
+            draft_kv_tokens=stage_draft.tokens if stage_draft is not None else None,
             replayssm_ring_bytes=stage_lines.ring_gib * GIB,
         )
     if info.state_pool_size_from_caps and 0 in info.stages:
