@@ -22,6 +22,8 @@ from advisor.sources.formats import (
     int_after,
     line_format,
     parse_server_args,
+    prefix_close,
+    prefix_ranks,
     word_after,
 )
 from advisor.sources.local_files import read_local_text
@@ -166,47 +168,23 @@ class BootInfo:
 
 # ------------------------------------------------------------------------------------------------ prefix
 
-_RANK_KEYS = {"DP": 0, "PP": 1, "TP": 2}
-_RANK_NAMES = frozenset({"DP", "PP", "TP", "EP", "ATTN_CP", "MOE_DP", "ATTN_DP", "CP", "DCP"})
-_HEAD_LIMIT = 120  # a prefix is `[YYYY-MM-DD HH:MM:SS(.fff) DPn PPn ATTN_CPn MOE_DPn TPn EPn]`
-
-
-def _is_stamp(text: str) -> bool:
-    return (
-        len(text) >= 19
-        and text[4] == "-"
-        and text[7] == "-"
-        and text[10] in " T"
-        and text[13] == ":"
-        and text[16] == ":"
-        and text[:4].isdigit()
-        and text[5:7].isdigit()
-        and text[8:10].isdigit()
-    )
-
-
 def split_prefix(line: str) -> tuple[Rank | None, str]:
-    """(rank, message) of one log line. Rank is None when the line has no SGLang prefix (bench prints,
-    tqdm bars, `[Gloo]` lines); a line that lost its leading `[` is read all the same."""
+    """(rank, message) of one log line, by the one prefix grammar (`formats.prefix_close`, `prefix_ranks`). Rank
+    is None when the line has no SGLang prefix (bench prints, tqdm bars, `[Gloo]` lines); a line that lost its
+    leading `[` is read all the same."""
     text = line.strip()
-    start = 1 if text.startswith("[") else 0
-    if not _is_stamp(text[start : start + 19]):
-        return None, text
-    close = text.find("]", start + 19, start + _HEAD_LIMIT)
+    close = prefix_close(text)
     if close < 0:
         return None, text
-    ranks = [0, 0, 0]
+    start = 1 if text.startswith("[") else 0
     stamp_end = start + 19
     if text.startswith(".", stamp_end):
         stamp_end = text.find(" ", stamp_end, close)
         stamp_end = close if stamp_end < 0 else stamp_end
-    for token in text[stamp_end:close].split():
-        name = token.rstrip("0123456789")
-        if name not in _RANK_NAMES or name == token:
-            return None, text
-        if name in _RANK_KEYS:
-            ranks[_RANK_KEYS[name]] = int(token[len(name) :])
-    return (ranks[0], ranks[1], ranks[2]), text[close + 1 :].strip()
+    ranks = prefix_ranks(text[stamp_end:close].strip())
+    if ranks is None:
+        return None, text
+    return (ranks.get("DP", ranks.get("ATTN_DP", 0)), ranks.get("PP", 0), ranks.get("TP", 0)), text[close + 1 :].strip()
 
 
 # ------------------------------------------------------------------------------------------------ lines
