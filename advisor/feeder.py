@@ -23,7 +23,7 @@ from advisor.scheduler.server import SchedulerServerConfig
 from advisor.sources.bootlog import BootInfo
 from advisor.sources.loglines import DecodeInterval, RequestRecord
 from advisor.sources.metrics import MetricsObservation
-from advisor.sources.server_info import ServerInfo, serving_config_from_args
+from advisor.sources.server_info import ServerInfo
 
 # SGLang's default context length for the hybrid models we advise on, used only when the server has not said.
 DEFAULT_MODEL_CONTEXT_LEN = 262144
@@ -120,8 +120,9 @@ def serving_config_of(server_info: ServerInfo | None, boot: BootInfo | None) -> 
     if server_info is not None:
         return server_info.serving
     if boot is not None and boot.effective_server_args:
-        # what the log implies where server_args is silent (TP from the ranks, the release's `auto`)
-        return serving_config_from_args(boot.effective_server_args, where="boot log server_args")
+        # what the log implies where server_args is silent (TP from the ranks, the release's `auto`, the model
+        # class, the S its capped warning names)
+        return boot.serving_config()
     return ServingConfig()
 
 
@@ -139,9 +140,14 @@ def server_model(
     rest: float | None = None
     if overrides.state_bytes_per_slot and overrides.kv_bytes_per_token:
         constants = ByteConstants(overrides.state_bytes_per_slot, overrides.kv_bytes_per_token)
-    elif boot is not None:
-        constants, rest = boot.constants(), boot.rest_bytes
-    elif server_info is not None:
+    if constants is None and boot is not None:
+        try:
+            pools = boot.pools()  # inverted with the config the boot ran with
+        except InputError:  # server_args SGLang would refuse: the caller's config is all there is
+            pools = boot.pools(serving)
+        constants, rest = pools.constants, pools.rest_bytes
+    if constants is None and server_info is not None:
+        # no boot log, or one whose state line rounds to 0.00 GB (a tiny model): invert /server_info instead
         inverted = constants_from_server_info(server_info)
         if inverted is not None:
             constants, rest = inverted

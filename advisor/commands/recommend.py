@@ -30,7 +30,6 @@ from advisor.model.state_shapes import (
 )
 from advisor.sources.bootlog import BootInfo, read_boot_log
 from advisor.sources.hf_config import load_hf_config
-from advisor.sources.server_info import serving_config_from_args
 
 
 def register(sub: Any) -> None:
@@ -101,10 +100,11 @@ def _check_boot(boot: BootInfo, constants: ByteConstants, rest: float | None) ->
 
 
 def _boot_config(boot: BootInfo | None) -> ServingConfig:
-    """The serving config a boot log's `server_args=` line records (SGLang's defaults where it is silent)."""
+    """The serving config a boot log's `server_args=` line records (SGLang's defaults where it is silent; the
+    model class and the capped warning's S refine it: `BootInfo.serving_config`)."""
     if boot is None:
         return ServingConfig()
-    return serving_config_from_args(boot.effective_server_args, where="boot log server_args")
+    return boot.serving_config()
 
 
 def _serving_config(args: argparse.Namespace, boot: BootInfo | None, hf: dict[str, Any] | None) -> ServingConfig:
@@ -164,7 +164,17 @@ def _constants(
             raise InputError("--state-bytes-per-slot and --kv-bytes-per-token must be > 0")
         return ByteConstants(args.state_bytes_per_slot, args.kv_bytes_per_token)
     if boot is not None:
-        return boot.constants()
+        pools = boot.pools()
+        if pools.constants is not None:
+            return pools.constants
+        if hf is None:
+            raise InputError(f"{args.boot_log}: {pools.missing}")
+        # a tiny model's `0.00GB` state line: the model config gives the slot, the boot log the rest
+        from_model = _constants(argparse.Namespace(**{**vars(args), "boot_log": None}), None, config, hf)
+        pools = boot.pools(state_bytes_per_slot=from_model.state_bytes_per_slot)
+        if pools.constants is None:
+            raise InputError(f"{args.boot_log}: {pools.missing}")
+        return pools.constants
     if hf is None:  # unreachable: `given` names --model-config as the only source left
         raise InputError("need --model-config")
     tp_size = args.tp_size or config.tp_size
@@ -202,8 +212,10 @@ def run(args: argparse.Namespace) -> int:
     constants = _constants(args, boot, config, hf)
     if args.rest_gib is not None:
         rest = args.rest_gib * GIB
+    elif boot is not None:
+        rest = boot.pools(state_bytes_per_slot=constants.state_bytes_per_slot).rest_bytes
     else:
-        rest = boot.rest_bytes if boot is not None else None
+        rest = None
     if boot is not None:
         _check_boot(boot, constants, rest)
     memory = MemoryFacts()
@@ -216,6 +228,11 @@ def run(args: argparse.Namespace) -> int:
         )
     model_ctx = boot.context_len if boot is not None and boot.context_len else 262144
     advice = advise(config, constants, args.context_length, rest_bytes=rest, memory=memory, model_context_len=model_ctx)
+    if boot is not None and args.state_bytes_per_slot is None and boot.pools().constants is None:
+        advice.notes.append(
+            "state bytes per slot from --model-config: the boot log's state pool line rounds to 0.00 GB (a small model) "
+            "and its slot count was not set by the ratio"
+        )
     out = advice.to_dict()
 
     live: dict[str, Any] | None = None

@@ -15,7 +15,13 @@ from pathlib import Path
 from advisor.errors import InputError
 from advisor.model.inversion import InvertedPools, StagePools, invert_pools
 from advisor.model.pools import GIB, ByteConstants
-from advisor.model.serving import SKIP_SOURCE_BOOT_LOG, ServingConfig, slots_per_request
+from advisor.model.serving import (
+    EXTRA_BUFFER_ARCHITECTURES,
+    SKIP_SOURCE_BOOT_LOG,
+    ServingConfig,
+    slots_per_request,
+)
+from advisor.model.state_shapes import linear_family_of
 from advisor.sources.formats import (
     AUTO_STRATEGY_BEFORE_KV_DTYPE,
     float_after,
@@ -112,8 +118,10 @@ class BootInfo:
         class it loaded. A server_args field SGLang would refuse is an InputError naming it."""
         from advisor.sources.server_info import serving_config_from_args
 
+        # the model class decides `auto` and the linear family only when it is a hybrid SGLang 0.5.23 knows
+        known = self.model_class in EXTRA_BUFFER_ARCHITECTURES or linear_family_of(self.model_class or "") is not None
         config = serving_config_from_args(self.effective_server_args, where="boot log server_args",
-                                          architecture=self.model_class)
+                                          architecture=self.model_class if known else None)
         # The capped warning names the S SGLang used: it shows SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK, which the
         # server_args do not.
         logged = self.logged_slots_per_request
@@ -124,12 +132,13 @@ class BootInfo:
                 return flipped
         return config
 
-    def pools(self, config: ServingConfig | None = None) -> InvertedPools:
+    def pools(self, config: ServingConfig | None = None, *, state_bytes_per_slot: float | None = None) -> InvertedPools:
         """The byte constants and budget this boot's pools imply (`advisor.model.inversion`), inverted with the
-        config the server ran with (its own `server_args` unless given)."""
+        config the server ran with (its own `server_args` unless given). `state_bytes_per_slot` (from the model
+        config) stands in when the state line rounds to `0.00GB` (a tiny model) and the ratio did not set the size."""
         serving = self.serving_config() if config is None else config
         stages = list(self.stages.values()) or [self._stage_of(self.state_pool, self.kv_pool)]
-        return invert_pools(stages, serving)
+        return invert_pools(stages, serving, state_bytes_per_slot=state_bytes_per_slot)
 
     def _stage_of(self, state: StatePoolLine | None, kv: KVPoolLine | None) -> StagePools:
         return StagePools(
