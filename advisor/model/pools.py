@@ -242,3 +242,34 @@ def pin_size(target_concurrency: float, config: ServingConfig) -> int:
     """--max-mamba-cache-size that admits `target_concurrency` requests per DP worker."""
     slots = slots_per_request(config)
     return max(1, math.floor(target_concurrency)) * slots * config.attn_dp_size
+
+
+@dataclass(frozen=True)
+class UnifiedMemoryCap:
+    """Under --enable-unified-memory the bytes float between state and KV at run time, but SGLang 0.5.23 still
+    sizes the state pool (`_handle_max_mamba_cache` runs) and still clamps max_running_requests to
+    max_mamba_cache_size // S (mem_cache/unified_memory_pool.py ~1680-1691: the state bytes ride on top of the
+    token budget; ~1829-1834: the ratio "governs the total budget only"): the ratio, or --max-mamba-cache-size,
+    sets the concurrency cap. Per DP worker."""
+
+    live_cap: int  # max_running_requests at the live config
+    supported_concurrency: float  # requests of the workload's context the shared budget holds
+    recommended_max_mamba_cache_size: int  # the pin whose cap admits them (all DP shards)
+    cap_binds: bool  # the live cap stops concurrency below what memory holds
+
+
+def unified_memory_cap(
+    rest_bytes: float, config: ServingConfig, constants: ByteConstants, context_length: float,
+    *, model_context_len: int = 262144,
+) -> UnifiedMemoryCap:
+    """The concurrency cap a unified-memory server runs with and the --max-mamba-cache-size that matches the
+    memory: the shared budget holds rest / ((S + D) * slot + L * cell / dcp) requests of context L
+    (`balanced_concurrency`), and the cap should admit that many, no fewer."""
+    live = split_pools(rest_bytes, config, constants, model_context_len=model_context_len)
+    supported = balanced_concurrency(rest_bytes, config, constants, context_length)
+    return UnifiedMemoryCap(
+        live_cap=live.max_running_requests,
+        supported_concurrency=supported,
+        recommended_max_mamba_cache_size=pin_size(supported, config),
+        cap_binds=live.max_running_requests < math.floor(supported) * (1 - BALANCED_TOLERANCE),
+    )

@@ -171,3 +171,17 @@ def test_a_kda_ring_rides_on_every_slot_in_r_star():
     assert gain == pytest.approx(1 + 7_884_800 / 21_708_800, rel=0.01)
     gdn = ServingConfig(linear_family="gdn", replayssm=True, draft_tokens=4, speculative_algorithm="EAGLE")
     assert optimal_ratio_for(gdn, constants, 100_000) == optimal_ratio_for(gdn, without_ring, 100_000)
+
+
+def test_unified_memory_cap_is_the_state_pools_clamp():
+    # unified memory: `_handle_max_mamba_cache` still sizes K and `resolve_max_num_reqs` still clamps to K // S;
+    # the cap that admits what the shared budget holds is S x rest / ((S + D) slot + L cell)
+    from advisor.model.pools import balanced_concurrency, unified_memory_cap
+
+    constants = ByteConstants(19_316_736.0, 12_288.0)
+    config = ServingConfig(unified_memory=True, mamba_full_memory_ratio=0.1)
+    cap = unified_memory_cap(60 * GIB, config, constants, 8192)
+    assert cap.live_cap == split_pools(60 * GIB, config, constants).max_running_requests
+    held = balanced_concurrency(60 * GIB, config, constants, 8192)
+    assert cap.supported_concurrency == held and cap.recommended_max_mamba_cache_size == int(held) * 5
+    assert cap.cap_binds
