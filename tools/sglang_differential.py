@@ -60,6 +60,7 @@ class Case:
     pinned: int | None = None
     mrr: int | None = None  # the user's --max-running-requests
     unified: bool = False
+    pd_prefill: bool = False
     rest_gib: float = 60.0
     context_len: int = 262144
     notes: list[str] = field(default_factory=list)
@@ -172,7 +173,8 @@ def run_sglang(case: Case, advisor_bytes) -> SglangResult:
     kvc.get_memory = lambda: _ns(disable_radix_cache=case.radix_off, enable_unified_memory=case.unified)
     kvc.get_spec = lambda: _ns(speculative_num_draft_tokens=case.spec_draft_tokens if case.spec else None)
     kvc.get_context = lambda: _ns(override=override)
-    kvc.get_disagg = lambda: _ns(disaggregation_mode="null", enable_pd_role_switch=False)
+    kvc.get_disagg = lambda: _ns(disaggregation_mode="prefill" if case.pd_prefill else "null",
+                                 enable_pd_role_switch=False)
     kvc.get_parallel = lambda: _ns(pp_size=case.pp)
     family_kda = raw["architectures"][0] == "KimiLinearForCausalLM"
     family_gdn = raw["architectures"][0] == "Qwen3NextForCausalLM"
@@ -236,7 +238,7 @@ def advisor_inputs(case: Case):
         skip_decode_lock=case.skip_decode_lock, speculative_algorithm="EAGLE" if case.spec else None,
         draft_tokens=case.spec_draft_tokens, replayssm=case.replayssm, mamba_full_memory_ratio=case.ratio,
         max_mamba_cache_size=case.pinned, max_running_requests=case.mrr, unified_memory=case.unified,
-        linear_family=linear_family_of(architecture),
+        linear_family=linear_family_of(architecture), disaggregation_mode="prefill" if case.pd_prefill else "null",
     )
     ring = 0.0
     if case.replayssm:
@@ -267,6 +269,7 @@ def boot_log(case: Case, sg: SglangResult, raw: dict) -> str:
         "speculative_num_draft_tokens": case.spec_draft_tokens if case.spec else None,
         "enable_linear_replayssm_spec": case.replayssm, "dcp_size": case.dcp, "kv_cache_dtype": "auto",
         "mem_fraction_static": 0.85, "enable_unified_memory": case.unified,
+        "disaggregation_mode": "prefill" if case.pd_prefill else "null",
     }
     arch = raw["architectures"][0]
     lines = [f"[2026-11-30 10:00:00] server_args={args!r}"]
@@ -281,7 +284,7 @@ def boot_log(case: Case, sg: SglangResult, raw: dict) -> str:
         lines.append(f"{prefix} Load weight end. elapsed=20.00 s, type={arch}, avail mem=40.00 GB, mem usage=38.50 GB.")
         mamba = (f"{prefix} Mamba Cache is allocated. max_mamba_cache_size: {size}, conv_state size: {conv_gb:.2f}GB, "
                  f"ssm_state size: {ssm_gb:.2f}GB ")
-        if case.spec and not case.replayssm:
+        if case.spec and not case.replayssm and not case.pd_prefill:
             capped = min(max(1, (case.resolved_mrr or 1) // case.attn_dp), size // _slots(case))
             inter = (capped + 1) * case.spec_draft_tokens * sg.ssm_bytes_per_slot * sg.stage_layers[stage] / GIB
             conv_inter = (capped + 1) * case.spec_draft_tokens * sg.conv_bytes_per_slot * sg.stage_layers[stage] / GIB
@@ -343,6 +346,7 @@ def server_info(case: Case, sg: SglangResult, target_cell: int) -> dict:
         "speculative_algorithm": "EAGLE" if case.spec else None,
         "speculative_num_draft_tokens": case.spec_draft_tokens if case.spec else None,
         "enable_linear_replayssm_spec": case.replayssm, "dcp_size": case.dcp,
+        "disaggregation_mode": "prefill" if case.pd_prefill else "null",
         "internal_states": [{
             "dp_rank": 0, "max_mamba_cache_size": sg.max_mamba_cache_size,
             "effective_max_running_requests_per_dp": sg.max_running_requests,
@@ -381,6 +385,7 @@ CASES = [
     Case("qwen3next-pp2-eagle", Q, pp=2, overlap=False, spec_draft_tokens=4),
     Case("qwen3next-attn-dp2", Q, tp=8, attn_dp=2),
     Case("qwen3next-unified", Q, unified=True),
+    Case("qwen3next-eagle-pd-prefill", Q, spec_draft_tokens=4, pd_prefill=True),
     Case("kimi-linear-dcp2", K, tp=4, dcp=2),
     Case("kimi-linear-eagle-replayssm", K, tp=2, spec_draft_tokens=4, replayssm=True),
     Case("nemotronh-pp2", N, tp=2, pp=2, overlap=False, rest_gib=20.0),

@@ -188,9 +188,7 @@ def _constants(
     )
     draft_kv = 0.0
     if spec_enabled(config):
-        # EAGLE/MTP: the draft's KV rides in each row's cell; its layers are the model's MTP layers (else one)
-        draft_layers = hf.get("num_nextn_predict_layers") or hf.get("mtp_num_hidden_layers") or 1
-        draft_kv = float(eagle_draft_kv_bytes_per_token(derived, int(draft_layers)))
+        draft_kv = float(eagle_draft_kv_bytes_per_token(derived, _draft_layers(hf, config)))
     ring = 0.0
     if replayssm_active(config):
         ring = float(replayssm_ring_bytes_per_request(hf, tp_size=tp_size))
@@ -198,6 +196,23 @@ def _constants(
         float(derived.state_bytes_per_slot), float(derived.kv_bytes_per_token),
         draft_kv_bytes_per_token=draft_kv, replayssm_ring_bytes_per_request=ring,
     )
+
+
+# Spec algorithms that run the target checkpoint's own MTP layers (no separate draft model path).
+_PATHLESS_MTP = ("NEXTN", "MTP")
+
+
+def _draft_layers(hf: dict[str, Any], config: ServingConfig) -> int:
+    """The draft's KV layers SGLang 0.5.23 charges in each row (model_executor/model_runner_components/
+    spec_aux_hidden_state.py ~170-178): the config's `num_nextn_predict_layers` when set; else a separate draft
+    model's layers (EAGLE heads: one); else, path-less MTP, none."""
+    for where in (hf, hf.get("text_config") if isinstance(hf.get("text_config"), dict) else {}):
+        value = where.get("num_nextn_predict_layers")
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return value
+    if (config.speculative_algorithm or "").upper() in _PATHLESS_MTP:
+        return 0
+    return 1
 
 
 def run(args: argparse.Namespace) -> int:

@@ -17,6 +17,7 @@ from advisor.model.pools import SPEC_DEFAULT_MAX_RUNNING_REQUESTS, ByteConstants
 from advisor.model.serving import (
     ServingConfig,
     replayssm_active,
+    reserves_spec_state,
     slots_per_request,
     spec_enabled,
 )
@@ -108,7 +109,7 @@ def _ratio_terms(config: ServingConfig, cache_size: int, ring_per_request: float
         else:
             ring_fixed = ring_per_request * (_requested(config) + 1)
     k = cache_size
-    if draft > 0 and not replay:
+    if reserves_spec_state(config):
         # K = floor((B - ps(1+D) - ring) / (ps(1+D/S) + ring)); reserved scratch ps·(min(mrr, K//S)+1)·D
         capped = min(_requested(config), k // slots)
         return _Terms(
@@ -142,7 +143,7 @@ def _reserved_state_bytes(config: ServingConfig, cache_size: int, per_slot: floa
         else:
             ring_fixed = ring_per_request * (_requested(config) + 1)
     scratch = 0.0
-    if draft > 0 and not replay:
+    if reserves_spec_state(config):
         if config.max_mamba_cache_size is not None:
             scratch = per_slot * (min(_requested(config), cache_size // slots) + 1) * draft
         else:

@@ -16,6 +16,7 @@ from advisor.model.serving import (
     ServingConfig,
     effective_draft_tokens,
     replayssm_active,
+    reserves_spec_state,
     slots_per_request,
     spec_enabled,
 )
@@ -151,7 +152,7 @@ def split_pools(
     slots = slots_per_request(config)
     draft = config.draft_tokens if spec_enabled(config) else 0
     replay = replayssm_active(config)
-    reserves_spec_state = draft > 0 and not replay
+    reserves = reserves_spec_state(config)
     requested = requested_cap(config)
     ring_fixed = float(replayssm_fixed_bytes)
     ring_per_slot = 0.0
@@ -168,19 +169,19 @@ def split_pools(
     if config.max_mamba_cache_size is not None:
         ratio = None
         cache_size = config.max_mamba_cache_size // config.attn_dp_size
-        if reserves_spec_state:
+        if reserves:
             capped = min(requested or 1, cache_size // slots)
             intermediate = per_slot * (capped + 1) * draft
     elif config.disable_radix_cache and requested is not None:
         # radix off with a resolved max_running_requests (the user's, or spec's default 48): one slot per request
         ratio = None
         cache_size = requested
-        if reserves_spec_state:
+        if reserves:
             intermediate = per_slot * (cache_size + 1) * draft
     else:
         ratio = config.mamba_full_memory_ratio
         budget = rest_bytes * ratio / (1 + ratio)
-        if reserves_spec_state:
+        if reserves:
             cache_size = int(
                 (budget - per_slot * (1 + draft) - ring_per_slot) // (per_slot * (1 + draft / slots) + ring_per_slot)
             )

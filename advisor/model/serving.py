@@ -113,6 +113,9 @@ class ServingConfig:
     # The linear-attention family ("gdn", "kda", "mamba2", "mamba1", "shortconv"), when known: ReplaySSM
     # spec-verify only acts on GDN and KDA, and only KDA keeps its ring per slot.
     linear_family: str | None = None
+    # --disaggregation-mode: "null", "prefill" or "decode". A PD prefill server never verifies drafts, so it
+    # reserves no speculative state (kv_cache_configurator.py `_pd_prefill_skips_mamba_spec_state` ~172-181).
+    disaggregation_mode: str = "null"
     extras: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
@@ -234,8 +237,18 @@ def spec_enabled(config: ServingConfig) -> bool:
     return config.draft_tokens > 0 or bool(config.speculative_algorithm)
 
 
+def reserves_spec_state(config: ServingConfig) -> bool:
+    """Whether the state budget holds the D intermediate states per request: spec on, ReplaySSM off, and not a
+    PD prefill server (kv_cache_configurator.py `_handle_max_mamba_cache` ~3294-3298, ~172-181; unified memory
+    keeps them)."""
+    if not (spec_enabled(config) and config.draft_tokens > 0) or replayssm_active(config):
+        return False
+    return not (config.disaggregation_mode == "prefill" and not config.unified_memory)
+
+
 def effective_draft_tokens(config: ServingConfig) -> int:
-    """D: draft tokens charged per running request; 0 without spec and 0 under an active ReplaySSM."""
-    if replayssm_active(config):
+    """D: draft tokens charged per running request; 0 without spec, under an active ReplaySSM and on a PD prefill
+    server."""
+    if replayssm_active(config) or (spec_enabled(config) and not reserves_spec_state(config)):
         return 0
     return config.draft_tokens if spec_enabled(config) else 0

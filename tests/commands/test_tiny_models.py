@@ -83,3 +83,14 @@ def test_a_ratio_sized_tiny_pool_is_solved_from_the_ratio():
     pools = parse_boot_log(text).pools()
     assert pools.state_from == "ratio" and pools.constants is not None
     assert pools.constants.state_bytes_per_slot == pytest.approx(0.0005 / 1.0005 * 3.81 * 2**30 / 65.5, rel=0.02)
+
+
+def test_mtp_without_nextn_layers_charges_no_draft_kv(tmp_path):
+    # spec_aux_hidden_state.py ~170-178: a path-less MTP deployment whose config has no num_nextn_predict_layers
+    # gets no draft KV; an EAGLE draft model has its own layer (one), and an explicit count wins
+    from advisor.commands.recommend import _draft_layers
+    from advisor.model.serving import ServingConfig
+
+    assert _draft_layers(TINY_CONFIG, ServingConfig(speculative_algorithm="NEXTN", draft_tokens=3)) == 0
+    assert _draft_layers(TINY_CONFIG, ServingConfig(speculative_algorithm="EAGLE", draft_tokens=3)) == 1
+    assert _draft_layers({**TINY_CONFIG, "num_nextn_predict_layers": 2}, ServingConfig(speculative_algorithm="NEXTN")) == 2

@@ -185,3 +185,17 @@ def test_unified_memory_cap_is_the_state_pools_clamp():
     held = balanced_concurrency(60 * GIB, config, constants, 8192)
     assert cap.supported_concurrency == held and cap.recommended_max_mamba_cache_size == int(held) * 5
     assert cap.cap_binds
+
+
+def test_a_pd_prefill_server_reserves_no_spec_state():
+    # kv_cache_configurator.py ~172-181 `_pd_prefill_skips_mamba_spec_state`: prefill never verifies drafts, so
+    # `reserves_spec_state` is off (~3294-3298) and the ratio branch sizes K like non-spec; unified memory keeps it
+    constants = ByteConstants(19_316_736.0, 12_288.0)
+    spec = dict(speculative_algorithm="EAGLE", draft_tokens=4)
+    decode = split_pools(60 * GIB, ServingConfig(**spec), constants)
+    prefill = split_pools(60 * GIB, ServingConfig(**spec, disaggregation_mode="prefill"), constants)
+    plain = split_pools(60 * GIB, ServingConfig(), constants)
+    assert prefill.intermediate_bytes == 0 and prefill.max_mamba_cache_size == plain.max_mamba_cache_size
+    assert decode.intermediate_bytes > 0 and decode.max_mamba_cache_size < plain.max_mamba_cache_size
+    unified = split_pools(60 * GIB, ServingConfig(**spec, disaggregation_mode="prefill", unified_memory=True), constants)
+    assert unified.intermediate_bytes > 0
