@@ -206,7 +206,8 @@ def _draft_layers(hf: dict[str, Any], config: ServingConfig) -> int:
     """The draft's KV layers SGLang 0.5.23 charges in each row (model_executor/model_runner_components/
     spec_aux_hidden_state.py ~170-178): the config's `num_nextn_predict_layers` when set; else a separate draft
     model's layers (EAGLE heads: one); else, path-less MTP, none."""
-    for where in (hf, hf.get("text_config") if isinstance(hf.get("text_config"), dict) else {}):
+    text = hf.get("text_config")
+    for where in (hf, text if isinstance(text, dict) else {}):
         value = where.get("num_nextn_predict_layers")
         if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
             return value

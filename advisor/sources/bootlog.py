@@ -148,16 +148,6 @@ class BootInfo:
             state_pool_bytes=state.persistent_gib * GIB if state is not None else None,
         )
 
-    @property
-    def state_bytes_per_slot(self) -> float:
-        """Per-slot bytes: the state tensors hold max_mamba_cache_size + 1 slots (one padding slot)."""
-        return self.state_pool.persistent_gib * GIB / (self.state_pool.max_mamba_cache_size + 1)
-
-    @property
-    def kv_bytes_per_token(self) -> float:
-        """Per-token bytes: the KV buffers hold #tokens + page_size slots (one padding page)."""
-        return self.kv_pool.kv_gib * GIB / (self.kv_pool.tokens + self.page_size)
-
     def constants(self) -> ByteConstants:
         """The byte constants of this boot (`pools()`); an InputError names what the log cannot give."""
         pools = self.pools()
