@@ -87,6 +87,10 @@ FAMILIES: dict[str, tuple[str, str, dict, str]] = {
     "ZayaForCausalLM": ("zaya", "ZayaConfig", {
         "num_hidden_layers": 8, "hidden_size": 1024, "num_attention_heads": 8, "num_key_value_heads": 2,
         "head_dim": 128, "cca_time0": 2, "cca_time1": 3, "vocab_size": 1000}, ""),
+    "InklingForConditionalGeneration": ("inkling", "InklingMMConfig", {"text_config": {
+        "hidden_size": 1536, "num_hidden_layers": 8, "num_attention_heads": 12, "num_key_value_heads": 4,
+        "head_dim": 128, "swa_num_key_value_heads": 8, "swa_head_dim": 64, "sconv_kernel_size": 4,
+        "vocab_size": 1000}}, "text_config"),
     "KimiK3ForConditionalGeneration": ("kimi_k3", "KimiK3Config", {"text_config": KIMI_TEXT}, "text_config"),
     "Glm5NextForConditionalGeneration": ("glm5_next", "Glm5NextConfig", {"text_config": {
         "num_hidden_layers": 8, "hidden_size": 1024, "num_attention_heads": 16, "num_key_value_heads": 4,
@@ -116,6 +120,8 @@ def _patch_parallel(tp: int) -> None:
             module.linear_attn_tp_size = lambda: tp
         if hasattr(module, "_is_cpu"):
             module._is_cpu = False
+        if hasattr(module, "get_exec"):  # Inkling: --enable-scattered-sconv off (its default)
+            module.get_exec = lambda: types.SimpleNamespace(comm=types.SimpleNamespace(enable_scattered_sconv=False))
 
 
 def sglang_per_req(architecture: str, tp: int) -> tuple[int, int]:

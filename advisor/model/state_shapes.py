@@ -30,7 +30,7 @@ _KV_DTYPE_BYTES = {"bf16": 2, "bfloat16": 2, "fp8_e4m3": 1, "fp8_e5m2": 1}
 class ModelBytes:
     """Per-GPU byte constants of one hybrid model under one TP size and one set of dtypes."""
 
-    family: str  # "mamba2" | "gdn" | "kda" | "lightning" | "mamba1" | "shortconv" | "cca"
+    family: str  # "mamba2" | "gdn" | "kda" | "lightning" | "mamba1" | "shortconv" | "cca" | "sconv"
     architecture: str
     num_linear_layers: int
     num_attention_layers: int
@@ -614,6 +614,26 @@ def _zaya_layout(fields: _Fields, tp_size: int) -> _Layout:
                    linear_ids=layer_ids, attention_ids=layer_ids, num_layers=num_layers)
 
 
+def _inkling_layout(fields: _Fields, tp_size: int) -> _Layout:
+    """Inkling (`configs/inkling.py` ~217-257): every layer keeps six bf16 short-conv windows of
+    (sconv_kernel_size - 1): two over the full-attention KV (max(1, kv heads / t) x head_dim), two over the SWA KV,
+    two over the hidden stream (hidden_size; hidden / t only with --enable-scattered-sconv, not modelled); no SSM."""
+    num_layers = fields.positive_int("num_hidden_layers")
+    hidden = fields.positive_int("hidden_size")
+    head_dim = (fields.positive_int("head_dim") if fields.has("head_dim")
+                else hidden // fields.positive_int("num_attention_heads"))
+    kv_heads = fields.positive_int("num_key_value_heads", 4)
+    swa_heads = fields.positive_int("swa_num_key_value_heads") if fields.has("swa_num_key_value_heads") else kv_heads
+    swa_dim = fields.positive_int("swa_head_dim") if fields.has("swa_head_dim") else head_dim
+    full_kv = max(1, kv_heads // tp_size) * head_dim
+    local_kv = max(1, swa_heads // tp_size) * swa_dim
+    window = fields.positive_int("sconv_kernel_size", 4) - 1
+    shape = _StateShape(conv_elements=window * 2 * (full_kv + local_kv + hidden), ssm_elements=0)
+    every = tuple(range(num_layers))
+    return _Layout("sconv", num_layers, num_layers, shape, False, fields,
+                   linear_ids=every, attention_ids=every, num_layers=num_layers)
+
+
 _LayoutReader = Callable[[_Fields, int], _Layout]
 
 # architectures[0] -> (reader, whether the fields live under text_config). SGLang picks the config
@@ -647,6 +667,7 @@ _ARCHITECTURES: dict[str, tuple[_LayoutReader, str | None]] = {
     "Lfm2MoeForCausalLM": (_lfm2_layout, None),
     "Lfm2VlForConditionalGeneration": (_lfm2_layout, "text_config"),
     "ZayaForCausalLM": (_zaya_layout, None),
+    "InklingForConditionalGeneration": (_inkling_layout, "text_config"),
     # KDA (configs/hybrid_arch.py `hybrid_kda_config`) and lightning attention (`hybrid_lightning_config`)
     "KimiLinearForCausalLM": (_kimi_linear_layout, None),
     "KimiK3ForConditionalGeneration": (_kimi_linear_layout, "text_config"),
@@ -681,6 +702,7 @@ _FAMILY_OF_READER: dict[_LayoutReader, str] = {
     _mamba1_layout: "mamba1",
     _lfm2_layout: "shortconv",
     _zaya_layout: "cca",
+    _inkling_layout: "sconv",
 }
 
 
