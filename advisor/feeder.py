@@ -13,6 +13,7 @@ from advisor.estimate.steptime import StepSample
 from advisor.estimate.traffic import ExactRequest, TrafficEstimator
 from advisor.estimate.workload import ScrapeSample
 from advisor.model.advice import MemoryFacts
+from advisor.model.inversion import StagePools, invert_pools
 from advisor.model.memory import free_memory_from_gauges
 from advisor.model.pools import GIB, ByteConstants
 from advisor.model.serving import ServingConfig
@@ -22,7 +23,7 @@ from advisor.scheduler.server import SchedulerServerConfig
 from advisor.sources.bootlog import BootInfo
 from advisor.sources.loglines import DecodeInterval, RequestRecord
 from advisor.sources.metrics import MetricsObservation
-from advisor.sources.server_info import ServerInfo, serving_config_from_args
+from advisor.sources.server_info import ServerInfo
 
 # SGLang's default context length for the hybrid models we advise on, used only when the server has not said.
 DEFAULT_MODEL_CONTEXT_LEN = 262144
@@ -37,10 +38,16 @@ class ByteOverrides:
     rest_gib: float | None = None
 
 
-def constants_from_server_info(info: ServerInfo) -> tuple[ByteConstants, float] | None:
-    """Invert SGLang's split from /server_info: KV bytes and token count give bytes per token; the KV bytes,
-    the ratio and max_mamba_cache_size give the slot size (ratio-based pools only; within one slot).
-    Returns the constants and the bytes both pools share, or None when the body cannot give them."""
+def constants_from_server_info(
+    info: ServerInfo, *, draft_kv_fraction: float | None = None, ring_bytes_per_request: float | None = None,
+) -> tuple[ByteConstants, float] | None:
+    """Invert SGLang's split from /server_info (`advisor.model.inversion`): the KV bytes and token count give
+    bytes per token; the ratio, max_mamba_cache_size and the KV pool give the slot size by the same joint
+    solve the pool model uses (draft states reserved under EAGLE/MTP, rings under ReplaySSM; ratio-based pools
+    only). /server_info does not carry the draft model's KV pool: `draft_kv_fraction` (draft / target KV per
+    token, from the model config) puts it back; without it counts and token_equiv stay right and the bytes are
+    low by that fraction. Returns the constants and the bytes both pools share, or None when the body cannot
+    give them."""
     serving = info.serving
     if serving.max_mamba_cache_size is not None or not info.shards:
         return None
@@ -49,12 +56,14 @@ def constants_from_server_info(info: ServerInfo) -> tuple[ByteConstants, float] 
     physical_tokens = shard.kv_capacity_physical_tokens or shard.kv_capacity_tokens
     if not (shard.kv_cache_gb and physical_tokens and shard.max_mamba_cache_size):
         return None
-    kv_bytes = shard.kv_cache_gb * GIB
-    ratio = serving.mamba_full_memory_ratio
-    per_slot = ratio * kv_bytes / (shard.max_mamba_cache_size + 1.5 + 0.5 * ratio)
-    per_token = kv_bytes / (physical_tokens + serving.page_size)
-    rest = kv_bytes + (shard.max_mamba_cache_size + 1) * per_slot
-    return ByteConstants(per_slot, per_token), rest
+    stage = StagePools(
+        max_mamba_cache_size=shard.max_mamba_cache_size, kv_tokens=physical_tokens, kv_pool_bytes=shard.kv_cache_gb * GIB,
+    )
+    inverted = invert_pools([stage], serving, draft_kv_fraction=draft_kv_fraction,
+                            ring_bytes_per_request=ring_bytes_per_request)
+    if inverted.constants is None or inverted.rest_bytes is None:
+        return None
+    return inverted.constants, inverted.rest_bytes
 
 
 def observed_clamp(server_info: ServerInfo | None, boot: BootInfo | None, dp_ranks: int) -> float | None:
@@ -111,8 +120,9 @@ def serving_config_of(server_info: ServerInfo | None, boot: BootInfo | None) -> 
     if server_info is not None:
         return server_info.serving
     if boot is not None and boot.effective_server_args:
-        # what the log implies where server_args is silent (TP from the ranks, the release's `auto`)
-        return serving_config_from_args(boot.effective_server_args, where="boot log server_args")
+        # what the log implies where server_args is silent (TP from the ranks, the release's `auto`, the model
+        # class, the S its capped warning names)
+        return boot.serving_config()
     return ServingConfig()
 
 
@@ -130,9 +140,14 @@ def server_model(
     rest: float | None = None
     if overrides.state_bytes_per_slot and overrides.kv_bytes_per_token:
         constants = ByteConstants(overrides.state_bytes_per_slot, overrides.kv_bytes_per_token)
-    elif boot is not None:
-        constants, rest = boot.constants(), boot.rest_bytes
-    elif server_info is not None:
+    if constants is None and boot is not None:
+        try:
+            pools = boot.pools()  # inverted with the config the boot ran with
+        except InputError:  # server_args SGLang would refuse: the caller's config is all there is
+            pools = boot.pools(serving)
+        constants, rest = pools.constants, pools.rest_bytes
+    if constants is None and server_info is not None:
+        # no boot log, or one whose state line rounds to 0.00 GB (a tiny model): invert /server_info instead
         inverted = constants_from_server_info(server_info)
         if inverted is not None:
             constants, rest = inverted

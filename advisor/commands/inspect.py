@@ -73,7 +73,8 @@ def observe(args: argparse.Namespace) -> dict[str, Any]:
     parser = LogLineParser()
     records = retractions = 0
     for path in args.log_file:
-        found = digest(parser.feed(_read(path, "log file").splitlines()), source=path)
+        # flush: a file that ends after the caps line (no `fired up` yet) still holds a whole boot block
+        found = digest(parser.feed(_read(path, "log file").splitlines()) + parser.flush(), source=path)
         retractions += found.retracted_requests
         errors.extend(f"logs: {error}" for error in found.errors)
         boot = found.boot or boot
@@ -114,14 +115,23 @@ def observe(args: argparse.Namespace) -> dict[str, Any]:
         }
     if boot is not None:
         config = config or {}
+        try:
+            pools = boot.pools()
+        except InputError as exc:
+            errors.append(f"boot_log: {exc}")
+            pools = None
+        constants = pools.constants if pools is not None else None
         config["boot_log"] = {
             "max_mamba_cache_size": boot.state_pool.max_mamba_cache_size,
             "max_running_requests": boot.max_running_requests,
             "kv_capacity_tokens": boot.kv_pool.tokens,
-            "state_bytes_per_slot": boot.state_bytes_per_slot,
-            "kv_bytes_per_token": boot.kv_bytes_per_token,
-            "token_equiv": boot.constants().token_equiv,
-            "rest_bytes": boot.rest_bytes,
+            "state_bytes_per_slot": constants.state_bytes_per_slot if constants else None,
+            "kv_bytes_per_token": constants.kv_bytes_per_token if constants else None,
+            "token_equiv": constants.token_equiv if constants else None,
+            "rest_bytes": pools.rest_bytes if pools is not None else None,
+            # where the state bytes came from: the state pool line, the ratio, or nowhere (then `missing` says why)
+            "constants_source": pools.state_from if pools is not None else None,
+            "missing": pools.missing if pools is not None else None,
         }
     model: dict[str, Any] | None = None
     if info is not None or boot is not None:

@@ -30,7 +30,6 @@ from advisor.model.state_shapes import (
 )
 from advisor.sources.bootlog import BootInfo, read_boot_log
 from advisor.sources.hf_config import load_hf_config
-from advisor.sources.server_info import serving_config_from_args
 
 
 def register(sub: Any) -> None:
@@ -101,10 +100,11 @@ def _check_boot(boot: BootInfo, constants: ByteConstants, rest: float | None) ->
 
 
 def _boot_config(boot: BootInfo | None) -> ServingConfig:
-    """The serving config a boot log's `server_args=` line records (SGLang's defaults where it is silent)."""
+    """The serving config a boot log's `server_args=` line records (SGLang's defaults where it is silent; the
+    model class and the capped warning's S refine it: `BootInfo.serving_config`)."""
     if boot is None:
         return ServingConfig()
-    return serving_config_from_args(boot.effective_server_args, where="boot log server_args")
+    return boot.serving_config()
 
 
 def _serving_config(args: argparse.Namespace, boot: BootInfo | None, hf: dict[str, Any] | None) -> ServingConfig:
@@ -164,7 +164,17 @@ def _constants(
             raise InputError("--state-bytes-per-slot and --kv-bytes-per-token must be > 0")
         return ByteConstants(args.state_bytes_per_slot, args.kv_bytes_per_token)
     if boot is not None:
-        return boot.constants()
+        pools = boot.pools()
+        if pools.constants is not None:
+            return pools.constants
+        if hf is None:
+            raise InputError(f"{args.boot_log}: {pools.missing}")
+        # a tiny model's `0.00GB` state line: the model config gives the slot, the boot log the rest
+        from_model = _constants(argparse.Namespace(**{**vars(args), "boot_log": None}), None, config, hf)
+        pools = boot.pools(state_bytes_per_slot=from_model.state_bytes_per_slot)
+        if pools.constants is None:
+            raise InputError(f"{args.boot_log}: {pools.missing}")
+        return pools.constants
     if hf is None:  # unreachable: `given` names --model-config as the only source left
         raise InputError("need --model-config")
     tp_size = args.tp_size or config.tp_size
@@ -178,9 +188,7 @@ def _constants(
     )
     draft_kv = 0.0
     if spec_enabled(config):
-        # EAGLE/MTP: the draft's KV rides in each row's cell; its layers are the model's MTP layers (else one)
-        draft_layers = hf.get("num_nextn_predict_layers") or hf.get("mtp_num_hidden_layers") or 1
-        draft_kv = float(eagle_draft_kv_bytes_per_token(derived, int(draft_layers)))
+        draft_kv = float(eagle_draft_kv_bytes_per_token(derived, _draft_layers(hf, config)))
     ring = 0.0
     if replayssm_active(config):
         ring = float(replayssm_ring_bytes_per_request(hf, tp_size=tp_size))
@@ -188,6 +196,24 @@ def _constants(
         float(derived.state_bytes_per_slot), float(derived.kv_bytes_per_token),
         draft_kv_bytes_per_token=draft_kv, replayssm_ring_bytes_per_request=ring,
     )
+
+
+# Spec algorithms that run the target checkpoint's own MTP layers (no separate draft model path).
+_PATHLESS_MTP = ("NEXTN", "MTP")
+
+
+def _draft_layers(hf: dict[str, Any], config: ServingConfig) -> int:
+    """The draft's KV layers SGLang 0.5.23 charges in each row (model_executor/model_runner_components/
+    spec_aux_hidden_state.py ~170-178): the config's `num_nextn_predict_layers` when set; else a separate draft
+    model's layers (EAGLE heads: one); else, path-less MTP, none."""
+    text = hf.get("text_config")
+    for where in (hf, text if isinstance(text, dict) else {}):
+        value = where.get("num_nextn_predict_layers")
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return value
+    if (config.speculative_algorithm or "").upper() in _PATHLESS_MTP:
+        return 0
+    return 1
 
 
 def run(args: argparse.Namespace) -> int:
@@ -202,8 +228,10 @@ def run(args: argparse.Namespace) -> int:
     constants = _constants(args, boot, config, hf)
     if args.rest_gib is not None:
         rest = args.rest_gib * GIB
+    elif boot is not None:
+        rest = boot.pools(state_bytes_per_slot=constants.state_bytes_per_slot).rest_bytes
     else:
-        rest = boot.rest_bytes if boot is not None else None
+        rest = None
     if boot is not None:
         _check_boot(boot, constants, rest)
     memory = MemoryFacts()
@@ -216,6 +244,11 @@ def run(args: argparse.Namespace) -> int:
         )
     model_ctx = boot.context_len if boot is not None and boot.context_len else 262144
     advice = advise(config, constants, args.context_length, rest_bytes=rest, memory=memory, model_context_len=model_ctx)
+    if boot is not None and args.state_bytes_per_slot is None and boot.pools().constants is None:
+        advice.notes.append(
+            "state bytes per slot from --model-config: the boot log's state pool line rounds to 0.00 GB (a small model) "
+            "and its slot count was not set by the ratio"
+        )
     out = advice.to_dict()
 
     live: dict[str, Any] | None = None

@@ -262,6 +262,8 @@ def server_info_from_gauges(
             kv_cache_gb=float(rank.kv_cache_memory_gb),
             weight_gb=None,
             startup_available_gb=None,
+            # max_total_num_tokens is logical under DCP (managers/tp_worker.py ~574-576); the bytes hold rows
+            kv_capacity_physical_tokens=int(rank.kv_capacity_tokens) // base.dcp_size,
         ))
     if not shards:
         return None
@@ -278,7 +280,7 @@ def server_info_from_gauges(
     slots = slots_per_request(filled)
     shards = [
         ServerShard(s.dp_rank, s.max_mamba_cache_size, (s.max_mamba_cache_size or 0) // slots, s.kv_capacity_tokens,
-                    s.kv_cache_gb, s.weight_gb, s.startup_available_gb)
+                    s.kv_cache_gb, s.weight_gb, s.startup_available_gb, s.kv_capacity_physical_tokens)
         for s in shards
     ]
     return ServerInfo(serving=filled, version=None, model_name=observation.model_name, shards=shards)

@@ -16,6 +16,7 @@ from advisor.model.serving import (
     ServingConfig,
     effective_draft_tokens,
     replayssm_active,
+    reserves_spec_state,
     slots_per_request,
     spec_enabled,
 )
@@ -65,9 +66,18 @@ def kv_cell_bytes(config: ServingConfig, constants: ByteConstants) -> float:
     return constants.kv_bytes_per_token
 
 
+def slot_bytes(config: ServingConfig, constants: ByteConstants) -> float:
+    """Bytes one state slot costs the budget: the state, plus under an active ReplaySSM on a KDA model the ring
+    that rides on every slot (kv_cache_configurator.py ~3282-3291: GDN's ring is fixed request scratch instead)."""
+    if config.linear_family == "kda" and replayssm_active(config):
+        return constants.state_bytes_per_slot + constants.replayssm_ring_bytes_per_request
+    return constants.state_bytes_per_slot
+
+
 def cell_token_equiv(config: ServingConfig, constants: ByteConstants) -> float:
-    """token_equiv against the whole per-token cell (draft KV included under spec)."""
-    return constants.state_bytes_per_slot / kv_cell_bytes(config, constants)
+    """token_equiv of a whole slot (a KDA ReplaySSM ring included) against the whole per-token cell (draft KV
+    included under spec)."""
+    return slot_bytes(config, constants) / kv_cell_bytes(config, constants)
 
 
 def optimal_ratio(
@@ -108,8 +118,9 @@ class PoolSplit:
     clamped_by_state_pool: bool
 
 
-def _requested_cap(config: ServingConfig) -> int | None:
-    """`max_running_requests // attn_dp` as SGLang sees it, the spec hook's default of 48 included."""
+def requested_cap(config: ServingConfig) -> int | None:
+    """`max(1, max_running_requests // attn_dp)` as SGLang sizes with it: the user's value, else the spec hook's
+    default of 48 (arg_groups/speculative_hook.py ~1086-1095), else None (resolved later from the KV pool)."""
     if config.max_running_requests is not None:
         return max(1, config.max_running_requests // config.attn_dp_size)
     if spec_enabled(config) and config.draft_tokens > 0:
@@ -141,8 +152,8 @@ def split_pools(
     slots = slots_per_request(config)
     draft = config.draft_tokens if spec_enabled(config) else 0
     replay = replayssm_active(config)
-    reserves_spec_state = draft > 0 and not replay
-    requested = _requested_cap(config)
+    reserves = reserves_spec_state(config)
+    requested = requested_cap(config)
     ring_fixed = float(replayssm_fixed_bytes)
     ring_per_slot = 0.0
     if replay and constants.replayssm_ring_bytes_per_request > 0:
@@ -158,18 +169,19 @@ def split_pools(
     if config.max_mamba_cache_size is not None:
         ratio = None
         cache_size = config.max_mamba_cache_size // config.attn_dp_size
-        if reserves_spec_state:
+        if reserves:
             capped = min(requested or 1, cache_size // slots)
             intermediate = per_slot * (capped + 1) * draft
-    elif config.disable_radix_cache and config.max_running_requests is not None:
+    elif config.disable_radix_cache and requested is not None:
+        # radix off with a resolved max_running_requests (the user's, or spec's default 48): one slot per request
         ratio = None
-        cache_size = max(1, config.max_running_requests // config.attn_dp_size)
-        if reserves_spec_state:
+        cache_size = requested
+        if reserves:
             intermediate = per_slot * (cache_size + 1) * draft
     else:
         ratio = config.mamba_full_memory_ratio
         budget = rest_bytes * ratio / (1 + ratio)
-        if reserves_spec_state:
+        if reserves:
             cache_size = int(
                 (budget - per_slot * (1 + draft) - ring_per_slot) // (per_slot * (1 + draft / slots) + ring_per_slot)
             )
@@ -224,10 +236,41 @@ def balanced_concurrency(
     slots = slots_per_request(config)
     draft = effective_draft_tokens(config)
     kv_per_request = context_length * kv_cell_bytes(config, constants) / config.dcp_size
-    return rest_bytes / ((slots + draft) * constants.state_bytes_per_slot + kv_per_request)
+    return rest_bytes / ((slots + draft) * slot_bytes(config, constants) + kv_per_request)
 
 
 def pin_size(target_concurrency: float, config: ServingConfig) -> int:
     """--max-mamba-cache-size that admits `target_concurrency` requests per DP worker."""
     slots = slots_per_request(config)
     return max(1, math.floor(target_concurrency)) * slots * config.attn_dp_size
+
+
+@dataclass(frozen=True)
+class UnifiedMemoryCap:
+    """Under --enable-unified-memory the bytes float between state and KV at run time, but SGLang 0.5.23 still
+    sizes the state pool (`_handle_max_mamba_cache` runs) and still clamps max_running_requests to
+    max_mamba_cache_size // S (mem_cache/unified_memory_pool.py ~1680-1691: the state bytes ride on top of the
+    token budget; ~1829-1834: the ratio "governs the total budget only"): the ratio, or --max-mamba-cache-size,
+    sets the concurrency cap. Per DP worker."""
+
+    live_cap: int  # max_running_requests at the live config
+    supported_concurrency: float  # requests of the workload's context the shared budget holds
+    recommended_max_mamba_cache_size: int  # the pin whose cap admits them (all DP shards)
+    cap_binds: bool  # the live cap stops concurrency below what memory holds
+
+
+def unified_memory_cap(
+    rest_bytes: float, config: ServingConfig, constants: ByteConstants, context_length: float,
+    *, model_context_len: int = 262144,
+) -> UnifiedMemoryCap:
+    """The concurrency cap a unified-memory server runs with and the --max-mamba-cache-size that matches the
+    memory: the shared budget holds rest / ((S + D) * slot + L * cell / dcp) requests of context L
+    (`balanced_concurrency`), and the cap should admit that many, no fewer."""
+    live = split_pools(rest_bytes, config, constants, model_context_len=model_context_len)
+    supported = balanced_concurrency(rest_bytes, config, constants, context_length)
+    return UnifiedMemoryCap(
+        live_cap=live.max_running_requests,
+        supported_concurrency=supported,
+        recommended_max_mamba_cache_size=pin_size(supported, config),
+        cap_binds=live.max_running_requests < math.floor(supported) * (1 - BALANCED_TOLERANCE),
+    )

@@ -25,7 +25,10 @@ NO_BUFFER_SLOT_ADDED_BACK_ON_SKIP = 1
 SKIP_SOURCE_ASSUMED = "assumed"  # not visible: assumed off (SGLang's default)
 SKIP_SOURCE_ENV_VARS = "env_vars"  # read from /server_info's env_vars
 SKIP_SOURCE_CONFIG = "config"  # set by the operator (advisor config), wins over the rest
-SKIP_SOURCES = (SKIP_SOURCE_ASSUMED, SKIP_SOURCE_ENV_VARS, SKIP_SOURCE_CONFIG)
+# read back from the boot log's `N state slots per request` (the capped warning, kv_cache_configurator.py
+# `resolve_max_num_reqs`): the S SGLang itself used
+SKIP_SOURCE_BOOT_LOG = "boot_log"
+SKIP_SOURCES = (SKIP_SOURCE_ASSUMED, SKIP_SOURCE_ENV_VARS, SKIP_SOURCE_CONFIG, SKIP_SOURCE_BOOT_LOG)
 
 # Architectures with the extra track buffer (SGLang 0.5.23 arg_groups/overrides.py:401-436,
 # `_MAMBA_EXTRA_BUFFER_ARCHS`); only on the triton linear-attention backend
@@ -110,6 +113,9 @@ class ServingConfig:
     # The linear-attention family ("gdn", "kda", "mamba2", "mamba1", "shortconv"), when known: ReplaySSM
     # spec-verify only acts on GDN and KDA, and only KDA keeps its ring per slot.
     linear_family: str | None = None
+    # --disaggregation-mode: "null", "prefill" or "decode". A PD prefill server never verifies drafts, so it
+    # reserves no speculative state (kv_cache_configurator.py `_pd_prefill_skips_mamba_spec_state` ~172-181).
+    disaggregation_mode: str = "null"
     extras: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
@@ -202,6 +208,8 @@ def slots_assumption(config: ServingConfig) -> SlotsAssumption:
         reason = f"SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK {state} per the advisor config: S = {slots}"
     elif config.skip_decode_lock_source == SKIP_SOURCE_ENV_VARS:
         reason = f"SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK {state} per /server_info env_vars: S = {slots}"
+    elif config.skip_decode_lock_source == SKIP_SOURCE_BOOT_LOG:
+        reason = f"SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK {state} per the boot log's state slots per request: S = {slots}"
     else:
         reason = (
             f"SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK assumed {state} (not visible without SGLANG_EXPOSE_OWN_ENV_VARS=1): "
@@ -229,8 +237,18 @@ def spec_enabled(config: ServingConfig) -> bool:
     return config.draft_tokens > 0 or bool(config.speculative_algorithm)
 
 
+def reserves_spec_state(config: ServingConfig) -> bool:
+    """Whether the state budget holds the D intermediate states per request: spec on, ReplaySSM off, and not a
+    PD prefill server (kv_cache_configurator.py `_handle_max_mamba_cache` ~3294-3298, ~172-181; unified memory
+    keeps them)."""
+    if not (spec_enabled(config) and config.draft_tokens > 0) or replayssm_active(config):
+        return False
+    return not (config.disaggregation_mode == "prefill" and not config.unified_memory)
+
+
 def effective_draft_tokens(config: ServingConfig) -> int:
-    """D: draft tokens charged per running request; 0 without spec and 0 under an active ReplaySSM."""
-    if replayssm_active(config):
+    """D: draft tokens charged per running request; 0 without spec, under an active ReplaySSM and on a PD prefill
+    server."""
+    if replayssm_active(config) or (spec_enabled(config) and not reserves_spec_state(config)):
         return 0
     return config.draft_tokens if spec_enabled(config) else 0

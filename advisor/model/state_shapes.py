@@ -30,7 +30,7 @@ _KV_DTYPE_BYTES = {"bf16": 2, "bfloat16": 2, "fp8_e4m3": 1, "fp8_e5m2": 1}
 class ModelBytes:
     """Per-GPU byte constants of one hybrid model under one TP size and one set of dtypes."""
 
-    family: str  # "mamba2" | "gdn" | "kda" | "mamba1" | "shortconv"
+    family: str  # "mamba2" | "gdn" | "kda" | "lightning" | "mamba1" | "shortconv" | "cca" | "sconv"
     architecture: str
     num_linear_layers: int
     num_attention_layers: int
@@ -227,11 +227,33 @@ class _Layout:
     num_layers: int = 0
 
 
-def _gdn_layout(fields: _Fields, tp_size: int) -> _Layout:
-    """Qwen3-Next / Qwen3.5 (`configs/qwen3_next.py`): every full_attention_interval-th layer is attention."""
-    num_layers = fields.positive_int("num_hidden_layers")
+_QWEN4_ATTENTION_TYPES = ("full_attention", "qwen_sparse_attention", "indexed_attention")
+
+
+def _gdn_layer_kinds(fields: _Fields, num_layers: int) -> list[str]:
+    """'attention' / 'linear' per layer: every full_attention_interval-th layer is attention
+    (`configs/qwen3_next.py` `layers_block_type`); Qwen4-Exp's text config reads `layer_types` instead
+    (`configs/qwen4_exp.py` ~83-95)."""
+    if fields.architecture.startswith("Qwen4Exp") and fields.has("layer_types"):
+        kinds = fields.string_list("layer_types")
+        if len(kinds) != num_layers:
+            raise InputError(
+                f"config field '{fields.prefix}layer_types' has {len(kinds)} entries but num_hidden_layers is "
+                f"{num_layers} ({fields.architecture})"
+            )
+        return ["attention" if kind in _QWEN4_ATTENTION_TYPES else
+                "linear" if kind == "linear_attention" else kind for kind in kinds]
     interval = fields.positive_int("full_attention_interval")
-    attention_layers = sum(1 for layer in range(num_layers) if (layer + 1) % interval == 0)
+    return ["attention" if (layer + 1) % interval == 0 else "linear" for layer in range(num_layers)]
+
+
+def _gdn_layout(fields: _Fields, tp_size: int) -> _Layout:
+    """Qwen3-Next / Qwen3.5 / Qwen4-Exp / InternS2 / MiniCPM-V 4.6-4.7 (`configs/qwen3_next.py`
+    `mamba2_cache_params`), and GigaChat 3.5 (`configs/gigachat35.py`, the same GDN fields)."""
+    num_layers = fields.positive_int("num_hidden_layers")
+    kinds = (_gigachat_layer_kinds(fields, num_layers) if fields.architecture.startswith("GigaChat35")
+             else _gdn_layer_kinds(fields, num_layers))
+    attention_layers = kinds.count("attention")
     key_heads = fields.positive_int("linear_num_key_heads")
     value_heads = fields.positive_int("linear_num_value_heads")
     key_dim = fields.positive_int("linear_key_head_dim")
@@ -246,12 +268,27 @@ def _gdn_layout(fields: _Fields, tp_size: int) -> _Layout:
         conv_kernel=fields.positive_int("linear_conv_kernel_dim"),
         architecture=fields.architecture,
     )
-    attention_ids = tuple(layer for layer in range(num_layers) if (layer + 1) % interval == 0)
-    linear_ids = tuple(layer for layer in range(num_layers) if (layer + 1) % interval != 0)
+    attention_ids = tuple(layer for layer, kind in enumerate(kinds) if kind == "attention")
+    linear_ids = tuple(layer for layer, kind in enumerate(kinds) if kind == "linear")
     return _Layout(
-        "gdn", num_layers - attention_layers, attention_layers, shape, True, fields,
+        "gdn", len(linear_ids), attention_layers, shape, True, fields,
         linear_ids=linear_ids, attention_ids=attention_ids, num_layers=num_layers,
     )
+
+
+def _gigachat_layer_kinds(fields: _Fields, num_layers: int) -> list[str]:
+    """GigaChat 3.5 (`configs/gigachat35.py` `_resolve_layer_types`): explicit `layer_types`, else the
+    `full_attention_layers` ids, else all linear."""
+    if fields.has("layer_types"):
+        kinds = fields.string_list("layer_types")
+        if len(kinds) != num_layers:
+            raise InputError(
+                f"config field '{fields.prefix}layer_types' must have num_hidden_layers ({num_layers}) entries "
+                f"({fields.architecture})"
+            )
+        return ["attention" if kind in ("full_attention", "attention") else "linear" for kind in kinds]
+    full = set(fields.int_list("full_attention_layers")) if fields.has("full_attention_layers") else set()
+    return ["attention" if layer in full else "linear" for layer in range(num_layers)]
 
 
 _NEMOTRON_PATTERN = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
@@ -467,23 +504,177 @@ def _lfm2_layout(fields: _Fields, tp_size: int) -> _Layout:
     )
 
 
+def _jet_layout(fields: _Fields, tp_size: int) -> _Layout:
+    """Jet-Nemotron / JetVLM (`configs/jet_nemotron.py`): JetBlock layers with GDN-shaped state from
+    `efficient_attention_config.jet` (v heads = head_dim x expand_v); `attn`/`swa` layers keep KV."""
+    kinds = fields.string_list("layer_types")
+    jet = fields.sub("efficient_attention_config").sub("jet")
+    heads = jet.positive_int("num_heads")
+    head_k = jet.positive_int("head_dim")
+    expand = jet.data.get("expand_v", 1)
+    if isinstance(expand, bool) or not isinstance(expand, (int, float)) or expand <= 0:
+        raise InputError(f"config field '{jet.prefix}expand_v' must be a positive number ({fields.architecture})")
+    head_v = int(head_k * expand)
+    shape = _mamba2_shape(
+        tp_size=tp_size, intermediate_size=heads * head_v, n_groups=heads, num_heads=heads, head_dim=head_v,
+        state_size=head_k, conv_kernel=jet.positive_int("conv_size"), architecture=fields.architecture,
+    )
+    linear_ids = tuple(i for i, kind in enumerate(kinds) if kind == "jet")
+    attention_ids = tuple(i for i, kind in enumerate(kinds) if kind in ("attn", "swa"))
+    return _Layout("gdn", len(linear_ids), len(attention_ids), shape, True, fields,
+                   linear_ids=linear_ids, attention_ids=attention_ids, num_layers=len(kinds))
+
+
+def _mamba2_pure_layout(fields: _Fields, tp_size: int) -> _Layout:
+    """Pure Mamba-2 (`configs/mamba2.py`, e.g. Mamba-Codestral): every layer is Mamba-2, no attention; SGLang
+    shards its state by the full `tp_size`; default dtypes."""
+    num_layers = fields.positive_int("num_hidden_layers")
+    hidden = fields.positive_int("hidden_size")
+    intermediate = (fields.positive_int("intermediate_size") if fields.has("intermediate_size")
+                    else int(fields.positive_int("expand", 2) * hidden))
+    shape = _mamba2_shape(
+        tp_size=tp_size, intermediate_size=intermediate, n_groups=fields.positive_int("n_groups", 1),
+        num_heads=fields.positive_int("num_heads"), head_dim=fields.positive_int("head_dim"),
+        state_size=fields.positive_int("state_size"), conv_kernel=fields.positive_int("conv_kernel", 4),
+        architecture=fields.architecture,
+    )
+    return _Layout("mamba2", num_layers, 0, shape, False, None, linear_ids=tuple(range(num_layers)),
+                   num_layers=num_layers)
+
+
+def _kda_state_shape(fields: _Fields, tp_size: int, heads_field: str, dim_field: str, kernel_field: str) -> _StateShape:
+    return _kda_shape(
+        tp_size=tp_size, num_heads=fields.positive_int(heads_field), head_dim=fields.positive_int(dim_field),
+        conv_kernel=fields.positive_int(kernel_field), architecture=fields.architecture,
+    )
+
+
+def _glm5_next_layout(fields: _Fields, tp_size: int) -> _Layout:
+    """GLM-5-Next (`configs/glm5_next.py` ~244-268): KDA on the 0-indexed `linear_attn_config.kda_layers`,
+    full attention elsewhere; default dtypes."""
+    num_layers = fields.positive_int("num_hidden_layers")
+    linear = fields.sub("linear_attn_config")
+    kda = set(linear.int_list("kda_layers"))
+    shape = _kda_state_shape(linear, tp_size, "num_heads", "head_dim", "short_conv_kernel_size")
+    linear_ids = tuple(i for i in range(num_layers) if i in kda)
+    attention_ids = tuple(i for i in range(num_layers) if i not in kda)
+    return _Layout("kda", len(linear_ids), len(attention_ids), shape, False, fields, mla=fields.has("kv_lora_rank"),
+                   linear_ids=linear_ids, attention_ids=attention_ids, num_layers=num_layers)
+
+
+def _bailing_layout(fields: _Fields, tp_size: int) -> _Layout:
+    """Bailing-MoE V2.5 / V3 (`configs/bailing_hybrid.py` ~171-236): `layer_group_size` marks attention layers
+    (every n-th, or a per-layer list where 1 is linear); `use_kda` gives KDA state, else lightning attention
+    (a (heads, d, d) state, no conv). Default dtypes."""
+    num_layers = fields.positive_int("num_hidden_layers")
+    group = fields.data.get("layer_group_size")
+    if isinstance(group, list):
+        groups = fields.int_list("layer_group_size")
+        if len(groups) != num_layers:
+            raise InputError(
+                f"config field '{fields.prefix}layer_group_size' must have num_hidden_layers entries ({fields.architecture})"
+            )
+        kinds = ["linear" if value == 1 else "attention" for value in groups]
+    else:
+        every = fields.positive_int("layer_group_size")
+        kinds = ["attention" if (layer + 1) % every == 0 else "linear" for layer in range(num_layers)]
+    if fields.data.get("use_kda"):
+        shape = _kda_state_shape(fields, tp_size, "num_attention_heads", "head_dim", "short_conv_kernel_size")
+        family = "kda"
+    else:
+        heads = fields.positive_int("num_linear_key_value_heads") if fields.has("num_linear_key_value_heads") \
+            else fields.positive_int("num_attention_heads")
+        head_dim = fields.positive_int("head_dim")
+        shape = _StateShape(conv_elements=0,
+                            ssm_elements=_divide(heads, tp_size, "linear heads", fields.architecture) * head_dim * head_dim)
+        family = "lightning"
+    linear_ids = tuple(i for i, kind in enumerate(kinds) if kind == "linear")
+    attention_ids = tuple(i for i, kind in enumerate(kinds) if kind == "attention")
+    return _Layout(family, len(linear_ids), len(attention_ids), shape, False, fields, mla=fields.has("kv_lora_rank"),
+                   linear_ids=linear_ids, attention_ids=attention_ids, num_layers=num_layers)
+
+
+def _zaya_layout(fields: _Fields, tp_size: int) -> _Layout:
+    """ZAYA1 (`configs/zaya.py` ~232-290): the CCA attention layers keep a conv state of
+    ((heads + kv heads) x head_dim / tp) x (cca_time0 - 1 + cca_time1 - 1) plus hidden_size x 1, no SSM state,
+    alongside their KV; sharded by the full tp_size."""
+    num_layers = fields.positive_int("num_hidden_layers")
+    if fields.has("zaya_layers"):
+        kinds = fields.string_list("zaya_layers")
+        layer_ids = tuple(i for i, kind in enumerate(kinds) if kind == "a")
+        num_layers = len(kinds)
+    else:
+        layer_ids = tuple(i for i in range(num_layers) if i % 2 == 0)
+    channels = (fields.positive_int("num_attention_heads") + fields.positive_int("num_key_value_heads")) * \
+        fields.positive_int("head_dim")
+    per_rank = _divide(channels, tp_size, "CCA channels", fields.architecture)
+    padding = fields.positive_int("cca_time0") - 1 + fields.positive_int("cca_time1") - 1
+    shape = _StateShape(conv_elements=per_rank * padding + fields.positive_int("hidden_size"), ssm_elements=0)
+    return _Layout("cca", len(layer_ids), len(layer_ids), shape, True, fields,
+                   linear_ids=layer_ids, attention_ids=layer_ids, num_layers=num_layers)
+
+
+def _inkling_layout(fields: _Fields, tp_size: int) -> _Layout:
+    """Inkling (`configs/inkling.py` ~217-257): every layer keeps six bf16 short-conv windows of
+    (sconv_kernel_size - 1): two over the full-attention KV (max(1, kv heads / t) x head_dim), two over the SWA KV,
+    two over the hidden stream (hidden_size; hidden / t only with --enable-scattered-sconv, not modelled); no SSM."""
+    num_layers = fields.positive_int("num_hidden_layers")
+    hidden = fields.positive_int("hidden_size")
+    head_dim = (fields.positive_int("head_dim") if fields.has("head_dim")
+                else hidden // fields.positive_int("num_attention_heads"))
+    kv_heads = fields.positive_int("num_key_value_heads", 4)
+    swa_heads = fields.positive_int("swa_num_key_value_heads") if fields.has("swa_num_key_value_heads") else kv_heads
+    swa_dim = fields.positive_int("swa_head_dim") if fields.has("swa_head_dim") else head_dim
+    full_kv = max(1, kv_heads // tp_size) * head_dim
+    local_kv = max(1, swa_heads // tp_size) * swa_dim
+    window = fields.positive_int("sconv_kernel_size", 4) - 1
+    shape = _StateShape(conv_elements=window * 2 * (full_kv + local_kv + hidden), ssm_elements=0)
+    every = tuple(range(num_layers))
+    return _Layout("sconv", num_layers, num_layers, shape, False, fields,
+                   linear_ids=every, attention_ids=every, num_layers=num_layers)
+
+
 _LayoutReader = Callable[[_Fields, int], _Layout]
 
 # architectures[0] -> (reader, whether the fields live under text_config). SGLang picks the config
 # class by model_type and the pool rules by config class (`configs/hybrid_arch.py`).
-_ARCHITECTURES: dict[str, tuple[_LayoutReader, bool]] = {
-    "Qwen3NextForCausalLM": (_gdn_layout, False),
-    "Qwen3_5ForCausalLM": (_gdn_layout, False),
-    "Qwen3_5MoeForCausalLM": (_gdn_layout, False),
-    "Qwen3_5ForConditionalGeneration": (_gdn_layout, True),
-    "Qwen3_5MoeForConditionalGeneration": (_gdn_layout, True),
-    "NemotronHForCausalLM": (_nemotron_h_layout, False),
-    "FalconH1ForCausalLM": (_falcon_h1_layout, False),
-    "GraniteMoeHybridForCausalLM": (_granite_layout, False),
-    "KimiLinearForCausalLM": (_kimi_linear_layout, False),
-    "MambaForCausalLM": (_mamba1_layout, False),
-    "FalconMambaForCausalLM": (_mamba1_layout, False),
-    "Lfm2ForCausalLM": (_lfm2_layout, False),
+_ARCHITECTURES: dict[str, tuple[_LayoutReader, str | None]] = {
+    # GDN (configs/qwen3_next.py and the text configs built on it; configs/hybrid_arch.py `hybrid_gdn_config`)
+    "Qwen3NextForCausalLM": (_gdn_layout, None),
+    "Qwen3_5ForCausalLM": (_gdn_layout, None),
+    "Qwen3_5MoeForCausalLM": (_gdn_layout, None),
+    "Qwen3_5ForConditionalGeneration": (_gdn_layout, "text_config"),
+    "Qwen3_5MoeForConditionalGeneration": (_gdn_layout, "text_config"),
+    "Qwen4ExpForConditionalGeneration": (_gdn_layout, "text_config"),
+    "InternS2PreviewForConditionalGeneration": (_gdn_layout, "text_config"),
+    "InternS2MobiusForConditionalGeneration": (_gdn_layout, "text_config"),
+    "MiniCPMV4_6ForConditionalGeneration": (_gdn_layout, "text_config"),
+    "MiniCPMV4_7ForConditionalGeneration": (_gdn_layout, "text_config"),
+    "GigaChat35ForCausalLM": (_gdn_layout, None),
+    "JetNemotronForCausalLM": (_jet_layout, None),
+    "JetVLMForConditionalGeneration": (_jet_layout, "text_config"),
+    # Mamba-2 (configs/hybrid_arch.py `mamba2_config`)
+    "NemotronHForCausalLM": (_nemotron_h_layout, None),
+    "NemotronHPuzzleForCausalLM": (_nemotron_h_layout, None),
+    "NemotronH_Nano_VL_V2": (_nemotron_h_layout, "llm_config"),
+    "NemotronH_Omni_Reasoning_V3": (_nemotron_h_layout, "llm_config"),
+    "FalconH1ForCausalLM": (_falcon_h1_layout, None),
+    "GraniteMoeHybridForCausalLM": (_granite_layout, None),
+    "Mamba2ForCausalLM": (_mamba2_pure_layout, None),
+    "MambaForCausalLM": (_mamba1_layout, None),
+    "FalconMambaForCausalLM": (_mamba1_layout, None),
+    "Lfm2ForCausalLM": (_lfm2_layout, None),
+    "Lfm2MoeForCausalLM": (_lfm2_layout, None),
+    "Lfm2VlForConditionalGeneration": (_lfm2_layout, "text_config"),
+    "ZayaForCausalLM": (_zaya_layout, None),
+    "InklingForConditionalGeneration": (_inkling_layout, "text_config"),
+    # KDA (configs/hybrid_arch.py `hybrid_kda_config`) and lightning attention (`hybrid_lightning_config`)
+    "KimiLinearForCausalLM": (_kimi_linear_layout, None),
+    "KimiK3ForConditionalGeneration": (_kimi_linear_layout, "text_config"),
+    "Glm5NextForConditionalGeneration": (_glm5_next_layout, "text_config"),
+    "BailingMoeV2_5ForCausalLM": (_bailing_layout, None),
+    "BailingMoeV3ForCausalLM": (_bailing_layout, None),
+    "BailingMoeV3VLForConditionalGeneration": (_bailing_layout, "text_config"),
 }
 _MODEL_TYPES = {
     "qwen3_next": "Qwen3NextForCausalLM",
@@ -492,18 +683,26 @@ _MODEL_TYPES = {
     "granitemoehybrid": "GraniteMoeHybridForCausalLM",
     "kimi_linear": "KimiLinearForCausalLM",
     "mamba": "MambaForCausalLM",
+    "mamba2": "Mamba2ForCausalLM",
     "falcon_mamba": "FalconMambaForCausalLM",
     "lfm2": "Lfm2ForCausalLM",
+    "lfm2_moe": "Lfm2MoeForCausalLM",
 }
 SUPPORTED_ARCHITECTURES = tuple(_ARCHITECTURES)
 _FAMILY_OF_READER: dict[_LayoutReader, str] = {
     _gdn_layout: "gdn",
+    _jet_layout: "gdn",
     _nemotron_h_layout: "mamba2",
     _falcon_h1_layout: "mamba2",
     _granite_layout: "mamba2",
+    _mamba2_pure_layout: "mamba2",
     _kimi_linear_layout: "kda",
+    _glm5_next_layout: "kda",
+    _bailing_layout: "kda",  # or lightning without use_kda: see `linear_family_of`
     _mamba1_layout: "mamba1",
     _lfm2_layout: "shortconv",
+    _zaya_layout: "cca",
+    _inkling_layout: "sconv",
 }
 
 
@@ -696,7 +895,7 @@ def model_bytes(
     reader, nested = _ARCHITECTURES[architecture]
     fields = _Fields(hf_config, architecture)
     if nested:
-        fields = fields.sub("text_config")
+        fields = fields.sub(nested)
     layout = reader(fields, tp_size)
 
     conv_name = _state_dtype_name(conv_dtype, "conv dtype")
@@ -777,7 +976,7 @@ def replayssm_ring_bytes_per_request(
     reader, nested = entry
     fields = _Fields(hf_config, architecture)
     if nested:
-        fields = fields.sub("text_config")
+        fields = fields.sub(nested)
     layers = reader(fields, tp_size).linear_layers
     conv_b = _STATE_DTYPE_BYTES[_state_dtype_name(conv_dtype, "conv dtype")]
     fp32_b = 4

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 
 from advisor.estimate.summary import WorkloadSummary
 from advisor.model.advice import PIN_REASONS, MemoryFacts, caveats, clamp_mismatch, flag_line, free_lever
-from advisor.model.pools import ByteConstants, optimal_ratio_for, split_pools
+from advisor.model.pools import ByteConstants, optimal_ratio_for, split_pools, unified_memory_cap
 from advisor.model.serving import (
     ServingConfig,
     effective_draft_tokens,
@@ -123,6 +123,32 @@ def recommend(
     return rec
 
 
+def _unified_memory(base: Recommendation, model: ServerModel, picture: WorkloadPicture) -> Recommendation:
+    """--enable-unified-memory: no byte split to tune, but the state pool's size still caps concurrency
+    (`advisor.model.pools.unified_memory_cap`): advise on the cap."""
+    base.decision, base.reason_code = "unified_memory", "unified_memory"
+    base.reason = "the server runs --enable-unified-memory: the bytes float at run time; watch for starvation"
+    if model.constants is None or model.rest_bytes is None or not picture.context_length:
+        return base
+    cap = unified_memory_cap(model.rest_bytes, model.serving, model.constants, float(picture.context_length),
+                             model_context_len=model.model_context_len)
+    base.predicted_max_running_requests_live = cap.live_cap
+    base.recommended_max_mamba_cache_size = cap.recommended_max_mamba_cache_size
+    if cap.cap_binds:
+        base.flag_line = f"--max-mamba-cache-size {cap.recommended_max_mamba_cache_size}"
+        base.reason = (
+            f"the server runs --enable-unified-memory: the bytes float, but max_mamba_cache_size // S caps it at "
+            f"{cap.live_cap} running requests per worker while memory holds {cap.supported_concurrency:.0f} of "
+            f"{picture.context_length:.0f} tokens: raise the cap"
+        )
+    else:
+        base.reason = (
+            f"the server runs --enable-unified-memory: the bytes float; its cap of {cap.live_cap} running requests per "
+            f"worker admits the {cap.supported_concurrency:.0f} that memory holds at {picture.context_length:.0f} tokens"
+        )
+    return base
+
+
 def _recommend(
     model: ServerModel, picture: WorkloadPicture, settings: RecommenderSettings, previous_decision: str | None = None,
 ) -> Recommendation:
@@ -140,9 +166,7 @@ def _recommend(
         base.token_equiv = model.constants.token_equiv
         base.slots_per_request = slots_per_request(serving)
     if serving.unified_memory:
-        base.decision, base.reason_code = "unified_memory", "unified_memory"
-        base.reason = "the server runs --enable-unified-memory: there is no static split to tune; watch for starvation"
-        return base
+        return _unified_memory(base, model, picture)
     if model.constants is None:
         base.reason_code = "no_constants"
         base.reason = "byte constants unknown: no boot log and /server_info did not give the pool sizes"

@@ -9,17 +9,27 @@ the input: fields are found with str.find, never with a backtracking regex.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from advisor.errors import InputError
+from advisor.model.inversion import InvertedPools, StagePools, invert_pools
 from advisor.model.pools import GIB, ByteConstants
+from advisor.model.serving import (
+    EXTRA_BUFFER_ARCHITECTURES,
+    SKIP_SOURCE_BOOT_LOG,
+    ServingConfig,
+    slots_per_request,
+)
+from advisor.model.state_shapes import linear_family_of
 from advisor.sources.formats import (
     AUTO_STRATEGY_BEFORE_KV_DTYPE,
     float_after,
     int_after,
     line_format,
     parse_server_args,
+    prefix_close,
+    prefix_ranks,
     word_after,
 )
 from advisor.sources.local_files import read_local_text
@@ -77,7 +87,12 @@ class BootInfo:
     dp_ranks_seen: int = 1
     pp_ranks_seen: int = 1
     # PP stage -> (state pool, KV pool) of that stage's lowest TP rank: each stage holds its own layers' pools
-    stage_pools: dict[int, tuple[StatePoolLine, KVPoolLine]] = field(default_factory=dict)
+    # (a stage without attention layers logs a 0-byte KV pool, one without state layers a 0-byte state pool)
+    stage_pools: dict[int, tuple[StatePoolLine | None, KVPoolLine | None]] = field(default_factory=dict)
+    # PP stage -> what it reports of its pools, the inversion's input (draft KV and ReplaySSM rings included)
+    stages: dict[int, StagePools] = field(default_factory=dict)
+    # The ReplaySSM ring buffers as allocated on the lowest rank (`GDN ReplaySSM ring buffers allocated`), GiB
+    replayssm_ring_gib: float = 0.0
     server_args: dict[str, object] = field(default_factory=dict)
     server_args_form: str | None = None  # 'repr' (ServerArgs(...), <= 0.5.17) | 'dict' (0.5.23) | None
     state_pool_size_from_caps: bool = False  # 0.5.2: the Mamba line has no size; the pool had mrr slots
@@ -98,76 +113,77 @@ class BootInfo:
             args[field_name] = AUTO_STRATEGY_BEFORE_KV_DTYPE
         return args
 
-    @property
-    def state_bytes_per_slot(self) -> float:
-        """Per-slot bytes: the state tensors hold max_mamba_cache_size + 1 slots (one padding slot)."""
-        return self.state_pool.persistent_gib * GIB / (self.state_pool.max_mamba_cache_size + 1)
+    def serving_config(self) -> ServingConfig:
+        """The config this boot ran with: its `server_args` (SGLang's defaults where silent), refined by the model
+        class it loaded. A server_args field SGLang would refuse is an InputError naming it."""
+        from advisor.sources.server_info import serving_config_from_args
 
-    @property
-    def kv_bytes_per_token(self) -> float:
-        """Per-token bytes: the KV buffers hold #tokens + page_size slots (one padding page)."""
-        return self.kv_pool.kv_gib * GIB / (self.kv_pool.tokens + self.page_size)
+        # the model class decides `auto` and the linear family only when it is a hybrid SGLang 0.5.23 knows
+        known = self.model_class in EXTRA_BUFFER_ARCHITECTURES or linear_family_of(self.model_class or "") is not None
+        config = serving_config_from_args(self.effective_server_args, where="boot log server_args",
+                                          architecture=self.model_class if known else None)
+        # The capped warning names the S SGLang used: it shows SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK, which the
+        # server_args do not.
+        logged = self.logged_slots_per_request
+        if logged is not None and logged != slots_per_request(config):
+            flipped = replace(config, skip_decode_lock=not config.skip_decode_lock,
+                              skip_decode_lock_source=SKIP_SOURCE_BOOT_LOG)
+            if slots_per_request(flipped) == logged:
+                return flipped
+        return config
 
-    @property
-    def draft_kv_bytes_per_token(self) -> float:
-        if self.draft_kv_pool is None or self.draft_kv_pool.tokens <= 0:
-            return 0.0
-        return self.draft_kv_pool.kv_gib * GIB / (self.draft_kv_pool.tokens + self.page_size)
+    def pools(self, config: ServingConfig | None = None, *, state_bytes_per_slot: float | None = None) -> InvertedPools:
+        """The byte constants and budget this boot's pools imply (`advisor.model.inversion`), inverted with the
+        config the server ran with (its own `server_args` unless given). `state_bytes_per_slot` (from the model
+        config) stands in when the state line rounds to `0.00GB` (a tiny model) and the ratio did not set the size."""
+        serving = self.serving_config() if config is None else config
+        stages = list(self.stages.values()) or [self._stage_of(self.state_pool, self.kv_pool)]
+        return invert_pools(stages, serving, state_bytes_per_slot=state_bytes_per_slot)
+
+    def _stage_of(self, state: StatePoolLine | None, kv: KVPoolLine | None) -> StagePools:
+        return StagePools(
+            max_mamba_cache_size=state.max_mamba_cache_size if state is not None else 0,
+            kv_tokens=kv.tokens if kv is not None else 0,
+            kv_pool_bytes=kv.kv_gib * GIB if kv is not None else 0.0,
+            state_pool_bytes=state.persistent_gib * GIB if state is not None else None,
+        )
 
     def constants(self) -> ByteConstants:
-        return ByteConstants(
-            self.state_bytes_per_slot, self.kv_bytes_per_token, self.draft_kv_bytes_per_token
-        )
+        """The byte constants of this boot (`pools()`); an InputError names what the log cannot give."""
+        pools = self.pools()
+        if pools.constants is None:
+            raise InputError(f"boot log: {pools.missing}")
+        return pools.constants
 
     @property
     def rest_bytes(self) -> float:
-        """The budget both pools were cut from: state pool (with spec scratch) + KV pool, per GPU."""
-        return (self.state_pool.total_gib + self.kv_pool.kv_gib) * GIB
+        """The budget both pools were cut from, per GPU, rebuilt so the split at the live ratio gives back the
+        logged slot count (state + reserved spec scratch + rings + target and draft KV)."""
+        pools = self.pools()
+        if pools.rest_bytes is None:
+            raise InputError(f"boot log: {pools.missing}")
+        return pools.rest_bytes
 
 
 # ------------------------------------------------------------------------------------------------ prefix
 
-_RANK_KEYS = {"DP": 0, "PP": 1, "TP": 2}
-_RANK_NAMES = frozenset({"DP", "PP", "TP", "EP", "ATTN_CP", "MOE_DP", "ATTN_DP", "CP", "DCP"})
-_HEAD_LIMIT = 120  # a prefix is `[YYYY-MM-DD HH:MM:SS(.fff) DPn PPn ATTN_CPn MOE_DPn TPn EPn]`
-
-
-def _is_stamp(text: str) -> bool:
-    return (
-        len(text) >= 19
-        and text[4] == "-"
-        and text[7] == "-"
-        and text[10] in " T"
-        and text[13] == ":"
-        and text[16] == ":"
-        and text[:4].isdigit()
-        and text[5:7].isdigit()
-        and text[8:10].isdigit()
-    )
-
-
 def split_prefix(line: str) -> tuple[Rank | None, str]:
-    """(rank, message) of one log line. Rank is None when the line has no SGLang prefix (bench prints,
-    tqdm bars, `[Gloo]` lines); a line that lost its leading `[` is read all the same."""
+    """(rank, message) of one log line, by the one prefix grammar (`formats.prefix_close`, `prefix_ranks`). Rank
+    is None when the line has no SGLang prefix (bench prints, tqdm bars, `[Gloo]` lines); a line that lost its
+    leading `[` is read all the same."""
     text = line.strip()
-    start = 1 if text.startswith("[") else 0
-    if not _is_stamp(text[start : start + 19]):
-        return None, text
-    close = text.find("]", start + 19, start + _HEAD_LIMIT)
+    close = prefix_close(text)
     if close < 0:
         return None, text
-    ranks = [0, 0, 0]
+    start = 1 if text.startswith("[") else 0
     stamp_end = start + 19
     if text.startswith(".", stamp_end):
         stamp_end = text.find(" ", stamp_end, close)
         stamp_end = close if stamp_end < 0 else stamp_end
-    for token in text[stamp_end:close].split():
-        name = token.rstrip("0123456789")
-        if name not in _RANK_NAMES or name == token:
-            return None, text
-        if name in _RANK_KEYS:
-            ranks[_RANK_KEYS[name]] = int(token[len(name) :])
-    return (ranks[0], ranks[1], ranks[2]), text[close + 1 :].strip()
+    ranks = prefix_ranks(text[stamp_end:close].strip())
+    if ranks is None:
+        return None, text
+    return (ranks.get("DP", ranks.get("ATTN_DP", 0)), ranks.get("PP", 0), ranks.get("TP", 0)), text[close + 1 :].strip()
 
 
 # ------------------------------------------------------------------------------------------------ lines
@@ -182,6 +198,7 @@ _POST_DRAFT_KV = line_format("kv_post_capture_draft").marker
 _POOL_END = line_format("memory_pool_end").marker
 _CAPS = line_format("caps").marker
 _CAPPED = line_format("capped_by_state_pool").marker
+_RING = line_format("replayssm_ring").marker
 _HYBRID_HINTS = ("hybrid GDN", "hybrid linear attention", "Mamba", "mamba no_buffer", "GDN kernel")
 _SWA_HINTS = (line_format("swa_pool").marker, "#swa token", "SWA KV Cache")
 
@@ -201,6 +218,21 @@ def _state_line(message: str) -> StatePoolLine | None:
         intermediate_ssm_gib=float_after(message, "intermediate_ssm_state_cache size:") or 0.0,
         intermediate_conv_gib=float_after(message, "intermediate_conv_window_cache size:") or 0.0,
     )
+
+
+def _ring_gib(message: str) -> float:
+    """The sum of the `name=x.xxxGB` buffers of a `GDN ReplaySSM ring buffers allocated` line."""
+    total = 0.0
+    for token in message.replace(",", " ").split():
+        name, sep, value = token.partition("=")
+        if sep and name.isidentifier() and value.endswith("GB"):
+            try:
+                size = float(value[:-2])
+            except ValueError:
+                continue
+            if size == size and 0 <= size < float("inf"):
+                total += size
+    return total
 
 
 def _kv_sizes(message: str, at: int) -> float | None:
@@ -241,9 +273,13 @@ class _RankLines:
     pool_end: float | None = None
     caps: _Caps | None = None
     capped_slots: int | None = None
+    ring_gib: float = 0.0
 
     def has_pools(self) -> bool:
         return bool(self.states) and bool(self.kvs or self.post_kv)
+
+    def has_any_pool(self) -> bool:
+        return bool(self.states) or bool(self.kvs or self.post_kv)
 
 
 @dataclass
@@ -329,6 +365,9 @@ def _read_line(boot: _Boot, boots: list[_Boot], rank: Rank | None, message: str)
         if state is not None:
             boot.at(here).states.append(state)
             boot.last_line = "Mamba Cache is allocated"
+        return boot
+    if message.startswith(_RING):
+        boot.at(here).ring_gib = _ring_gib(message)
         return boot
     if message.startswith(_POST_DRAFT_KV):
         boot.at(here).post_draft_kv = _kv_line(message, len(_POST_DRAFT_KV), False)
@@ -487,15 +526,32 @@ def parse_boot_log(text: str, *, source: str = "boot log") -> BootInfo:
         info.state_pool_size_from_caps = True
     info.tp_ranks_seen = len({r[2] for r in boot.ranks if r[0] == dp})
     info.dp_ranks_seen = len({r[0] for r in boot.ranks})
-    stages = sorted({r[1] for r in with_pools if r[0] == dp})
-    info.pp_ranks_seen = max(len(stages), 1)
-    for stage in stages:
-        first = min(r for r in with_pools if r[0] == dp and r[1] == stage)
-        stage_lines = boot.ranks[first]
-        info.stage_pools[stage] = (stage_lines.states[0], stage_lines.post_kv or stage_lines.kvs[0])
+    info.replayssm_ring_gib = lines.ring_gib
     page_size = boot.server_args.get("page_size")
     if isinstance(page_size, int) and not isinstance(page_size, bool) and page_size > 0:
         info.page_size = page_size
+    # Every PP stage's pools (the inversion charges the largest stage's state share and keeps the KV row of the
+    # stage with the most attention layers); a stage without attention or without state layers is read too.
+    staged = sorted(r for r, other in boot.ranks.items() if r[0] == dp and other.has_any_pool())
+    stage_ids = sorted({r[1] for r in staged})
+    info.pp_ranks_seen = max(len(stage_ids), 1)
+    for stage in stage_ids:
+        stage_lines = boot.ranks[min(r for r in staged if r[1] == stage)]
+        stage_state = stage_lines.states[0] if stage_lines.states else None
+        stage_kv = stage_lines.post_kv or (stage_lines.kvs[0] if stage_lines.kvs else None)
+        stage_draft = stage_lines.post_draft_kv or (stage_lines.kvs[1] if len(stage_lines.kvs) > 1 else None)
+        info.stage_pools[stage] = (stage_state, stage_kv)
+        info.stages[stage] = StagePools(
+            max_mamba_cache_size=stage_state.max_mamba_cache_size if stage_state is not None else 0,
+            kv_tokens=stage_kv.tokens if stage_kv is not None else 0,
+            kv_pool_bytes=stage_kv.kv_gib * GIB if stage_kv is not None else 0.0,
+            state_pool_bytes=stage_state.persistent_gib * GIB if stage_state is not None else None,
+            draft_kv_pool_bytes=stage_draft.kv_gib * GIB if stage_draft is not None else 0.0,
+            draft_kv_tokens=stage_draft.tokens if stage_draft is not None else None,
+            replayssm_ring_bytes=stage_lines.ring_gib * GIB,
+        )
+    if info.state_pool_size_from_caps and 0 in info.stages:
+        info.stages[0] = replace(info.stages[0], max_mamba_cache_size=info.state_pool.max_mamba_cache_size)
     return info
 
 

@@ -2,13 +2,18 @@
 helpers both the readers (`bootlog`, `loglines`) and the emulator's writers (`sim.sglang_logs`) use.
 
 One table (`LINE_FORMATS`): a format's `template` is what the emulator writes (`str.format` fields) and its
-`marker` is what the readers look for. No regex here searches with backtracking: fields are found with
-`str.find` / `str.partition`, so a pathological line costs time linear in its length.
+`marker` is what the readers look for; the line reader's fast-path patterns are compiled from the templates
+(`template_pattern`). One prefix grammar (`PREFIX_RANK_NAMES`, `prefix_ranks`, `prefix_close`) for the
+`[time DPn PPn TPn …]` head both readers split off. No regex here searches with backtracking: fields are found
+with `str.find` / `str.partition`, and the compiled templates are anchored literals with bounded classes, so a
+pathological line costs time linear in its length.
 """
 
 from __future__ import annotations
 
 import ast
+import re
+import string
 from dataclasses import dataclass
 
 # ------------------------------------------------------------------------------------------------ releases
@@ -102,6 +107,17 @@ LINE_FORMATS: tuple[LineFormat, ...] = (
         "mem_cache/memory_pool.py (MambaPool)",
         "trailing space; speculative decoding adds `intermediate_ssm_state_cache size: …GB "
         "intermediate_conv_window_cache size: …GB ` without commas",
+    ),
+    LineFormat(
+        "replayssm_ring",
+        "GDN ReplaySSM ring buffers allocated",
+        "GDN ReplaySSM ring buffers allocated (record_len={record_len}, fold={fold}): d={d:.3f}GB, k={k:.3f}GB, "
+        "g={g:.3f}GB {raw}",
+        "0.5.23",
+        None,
+        "mem_cache/memory_pool.py (MambaPool, ~1010-1028)",
+        "KDA adds `rawv=…GB, rawk=…GB, beta=…GB `; GDN spec rings hold mrr // attn_dp + 1 requests, KDA's every "
+        "slot (size + 1)",
     ),
     LineFormat(
         "kv_pool_plain",
@@ -238,9 +254,76 @@ def line_format(name: str) -> LineFormat:
     return FORMATS_BY_NAME[name]
 
 
-def formats_for(release: str) -> list[LineFormat]:
-    """The line formats a given release prints."""
-    return [f for f in LINE_FORMATS if f.covers(release)]
+# ------------------------------------------------------------------------------------------------ templates
+
+_FIELD_PATTERNS = {"d": r"(\d+)", "f": r"(\d+\.\d+)"}
+
+
+def template_pattern(name: str, *, fixed: dict[str, str] | None = None, choices: dict[str, str] | None = None) -> re.Pattern[str]:
+    """A format's template as an anchored pattern: literal text escaped, each `{field:.2f}` a float group, each
+    other field an integer group, in template order. `fixed` fills a field with literal text (`spec=""`: no
+    speculative part); `choices` gives a field a non-capturing alternative (`graph="True|False"`)."""
+    fixed = fixed or {}
+    choices = choices or {}
+    parts: list[str] = []
+    for literal, field_name, spec, _ in string.Formatter().parse(line_format(name).template):
+        parts.append(re.escape(literal))
+        if field_name is None:
+            continue
+        if field_name in fixed:
+            parts.append(re.escape(fixed[field_name]))
+        elif field_name in choices:
+            parts.append(f"(?:{choices[field_name]})")
+        else:
+            parts.append(_FIELD_PATTERNS["f" if spec and spec.endswith("f") else "d"])
+    return re.compile("".join(parts))
+
+
+# ------------------------------------------------------------------------------------------------ prefix
+
+# The rank names of the `[YYYY-MM-DD HH:MM:SS(.fff) DPn PPn ATTN_CPn MOE_DPn TPn EPn]` head, in SGLang's order
+# (0.5.23 managers/scheduler.py `configure_scheduler_process` ~6280-6291), plus the spellings other builds and
+# launchers print (ATTN_DP, CP, DCP). Both readers accept exactly these.
+PREFIX_RANK_NAMES = ("DP", "PP", "ATTN_CP", "MOE_DP", "TP", "EP", "ATTN_DP", "CP", "DCP")
+_PREFIX_RANK_SET = frozenset(PREFIX_RANK_NAMES)
+# How far the closing `]` may be from the line's start.
+PREFIX_MAX_LENGTH = 120
+
+
+def prefix_ranks(text: str) -> dict[str, int] | None:
+    """`DP1 PP0 TP4 EP4` (any subset of PREFIX_RANK_NAMES) -> {"DP": 1, ...}; None when a token is not a known
+    name followed by digits. An empty text is no ranks ({})."""
+    ranks: dict[str, int] = {}
+    for token in text.split():
+        name = token.rstrip("0123456789")
+        if name not in _PREFIX_RANK_SET or len(name) == len(token):
+            return None
+        ranks[name] = int(token[len(name) :])
+    return ranks
+
+
+def looks_like_stamp(text: str) -> bool:
+    """`YYYY-MM-DD HH:MM:SS` (or with `T`) at the start of `text`, by shape only."""
+    return (
+        len(text) >= 19
+        and text[4] == "-"
+        and text[7] == "-"
+        and text[10] in " T"
+        and text[13] == ":"
+        and text[16] == ":"
+        and text[:4].isdigit()
+        and text[5:7].isdigit()
+        and text[8:10].isdigit()
+    )
+
+
+def prefix_close(line: str) -> int:
+    """Where the head of a prefixed line ends (the index of its `]`), or -1 when the line has no SGLang head.
+    A line that lost its leading `[` (pasted logs, tests/fixtures/real/030) still has one."""
+    start = 1 if line.startswith("[") else 0
+    if not looks_like_stamp(line[start : start + 19]):
+        return -1
+    return line.find("]", start + 19, start + PREFIX_MAX_LENGTH)
 
 
 # Not a line but a behaviour the readers must know the era of: up to 0.5.11 `--mamba-scheduler-strategy auto`

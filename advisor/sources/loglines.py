@@ -20,6 +20,13 @@ from typing import Any
 
 from advisor.errors import InputError
 from advisor.sources.bootlog import BootInfo, parse_boot_log
+from advisor.sources.formats import (
+    LINE_FORMATS,
+    PREFIX_MAX_LENGTH,
+    looks_like_stamp,
+    prefix_ranks,
+    template_pattern,
+)
 
 # The event classes use slots and no frozen guard: a busy server writes thousands of lines a second and
 # frozen dataclasses cost twice as much to build. Treat them as read-only.
@@ -96,7 +103,7 @@ LogEvent = StatsLine | Retraction | OomLine | RequestRecord | BootBlock
 
 # ------------------------------------------------------------------------------------------------ prefix
 
-_RANK_NAMES = {"DP": "dp", "PP": "pp", "ATTN_CP": "attn_cp", "MOE_DP": "moe_dp", "TP": "tp", "EP": "ep"}
+# The prefix grammar is the one in `advisor.sources.formats` (PREFIX_RANK_NAMES), shared with the boot reader.
 
 
 @dataclass(slots=True)
@@ -104,7 +111,7 @@ class _Head:
     time: float | None
     dp_rank: int | None
     tp_rank: int | None
-    process: tuple[int, ...]  # (pp, attn_cp, moe_dp, tp): which scheduler process printed the line
+    process: tuple[int, ...]  # (pp, attn_cp, moe_dp, dcp, cp, tp): which scheduler process printed the line
 
 
 _CACHE_LIMIT = 4096
@@ -170,16 +177,13 @@ _RANKS_CACHE: dict[str, _RankInfo | None] = {}
 
 
 def _parse_ranks(text: str) -> _RankInfo | None:
-    """`DP1 PP0 ATTN_CP0 MOE_DP0 TP4 EP4` (any subset, in that order) -> (dp, tp, process), or None."""
-    ranks: dict[str, int] = {}
-    for token in text.split(" ") if text else ():
-        name = token.rstrip("0123456789")
-        key = _RANK_NAMES.get(name)
-        if key is None or len(name) == len(token):
-            return None
-        ranks[key] = int(token[len(name) :])
-    process = (ranks.get("pp", 0), ranks.get("attn_cp", 0), ranks.get("moe_dp", 0), ranks.get("tp", -1))
-    return ranks.get("dp"), ranks.get("tp"), process
+    """`DP1 PP0 ATTN_CP0 MOE_DP0 TP4 EP4` (`formats.prefix_ranks`) -> (dp, tp, process), or None."""
+    ranks = prefix_ranks(text)
+    if ranks is None:
+        return None
+    get = ranks.get
+    process = (get("PP", 0), get("ATTN_CP", 0), get("MOE_DP", 0), get("DCP", 0), get("CP", 0), get("TP", -1))
+    return get("DP", get("ATTN_DP")), get("TP"), process
 
 
 def _ranks(text: str) -> _RankInfo | None:
@@ -204,20 +208,13 @@ def _parse_head(head: str) -> _Head | None:
     return _Head(time, ranks[0], ranks[1], ranks[2])
 
 
-_NO_HEAD = _Head(None, None, None, (0, 0, 0, -1))
-_NO_RANKS: _RankInfo = (None, None, (0, 0, 0, -1))
+_NO_HEAD = _Head(None, None, None, (0, 0, 0, 0, 0, -1))
+_NO_RANKS: _RankInfo = (None, None, (0, 0, 0, 0, 0, -1))
 
 
 def _lost_its_bracket(line: str) -> bool:
     """`2026-05-24 03:51:44 TP0] Decode batch, …`: a stamp, then `]` within a prefix's length."""
-    return (
-        len(line) > 20
-        and line[4] == "-"
-        and line[7] == "-"
-        and line[10] == " "
-        and line[13] == ":"
-        and line.find("]", 19, 120) > 0
-    )
+    return len(line) > 20 and looks_like_stamp(line) and line.find("]", 19, PREFIX_MAX_LENGTH) > 0
 
 
 def _split_line(line: str) -> tuple[_Head | None, str]:
@@ -276,22 +273,27 @@ _TEXT_RID = re.compile(r"""\brid=['"]([^'"]*)['"]""")
 _TEXT_ID = re.compile(r"""['"]id['"]\s*:\s*['"]([^'"]*)['"]""")
 
 # Recognised but carrying nothing we read (kept out of the unparsed count).
-_KNOWN_STARTS = (
-    "Load weight",
-    "Mamba Cache is allocated",
-    "KV Cache is allocated",
-    "Memory pool end",
-    "Capture ",
-    "max_total_num_tokens=",
-    "max_running_requests",
-    "Max running requests",
-    "The server is fired up",
-    "server_args=",
-    "retract_decode:",
-    "Health check failed",
-    "Post-capture KV sizing",
-    "Receive:",
-    "Receive OpenAI:",
+# Recognised but carrying nothing this reader reads (kept out of the unparsed count): every boot-time format of the
+# one table (`formats.LINE_FORMATS`; the boot reader reads them from the boot blocks), and a few more lines.
+_KNOWN_STARTS = tuple(
+    dict.fromkeys(
+        [f.marker for f in LINE_FORMATS if not f.marker.startswith(("Decode batch", "Prefill batch"))]
+        + [
+            "Load weight",
+            "Mamba Cache is allocated",
+            "KV Cache is allocated",
+            "Capture ",
+            "max_running_requests",
+            "Max running requests",
+            "The server is fired up",
+            "server_args=",
+            "retract_decode:",
+            "Health check failed",
+            "Post-capture KV sizing",
+            "Receive:",
+            "Receive OpenAI:",
+        ]
+    )
 )
 
 
@@ -305,17 +307,11 @@ def _float_or_none(fields: dict[str, str], key: str) -> float | None:
     return None if value is None else float(value)
 
 
-# Fast paths for the exact 0.5.23 hybrid-SSM lines without spec decoding (the bulk of a busy log); any other
-# shape goes through the general field split below, which gives the same numbers.
-_HYBRID_DECODE = re.compile(
-    r"Decode batch, #running-req: (\d+), #full token: (\d+), full token usage: ([\d.]+), mamba num: (\d+), "
-    r"mamba usage: ([\d.]+), cuda graph: (?:True|False), gen throughput \(token/s\): ([\d.]+), #queue-req: (\d+)"
-)
-_HYBRID_PREFILL = re.compile(
-    r"Prefill batch, #new-seq: \d+, #new-token: (\d+), #cached-token: (\d+), full token usage: ([\d.]+), "
-    r"mamba usage: ([\d.]+), #running-req: (\d+), #queue-req: (\d+), #pending-token: \d+, "
-    r"cuda graph: (?:True|False), input throughput \(token/s\): [\d.]+"
-)
+# Fast paths for the exact 0.5.23 hybrid-SSM lines without spec decoding (the bulk of a busy log), compiled from
+# the format table's templates; any other shape goes through the general field split below, which gives the same
+# numbers.
+_HYBRID_DECODE = template_pattern("decode_hybrid", fixed={"spec": ""}, choices={"graph": "True|False"})
+_HYBRID_PREFILL = template_pattern("prefill_hybrid", choices={"graph": "True|False"})
 
 
 def _parse_stats(message: str, kind: str, head: _Head) -> StatsLine | None:
@@ -348,7 +344,7 @@ def _parse_stats_unchecked(message: str, kind: str, head: _Head) -> StatsLine | 
     else:
         match = _HYBRID_PREFILL.fullmatch(message)
         if match is not None:
-            new_tokens, cached, full_usage, mamba_usage, running, queued = match.groups()
+            _, new_tokens, cached, full_usage, mamba_usage, running, queued, _, _ = match.groups()
             return StatsLine(
                 head.time,
                 head.dp_rank,

@@ -162,6 +162,7 @@ def serving_config_from_args(
             unified_memory=_bool(body, "enable_unified_memory", where=where),
             supports_extra_buffer=extra_buffer_capable(architecture, backend),
             linear_family=linear_family_of(architecture) if architecture else None,
+            disaggregation_mode=_str(body, "disaggregation_mode", where=where) or "null",
         )
     except ConfigError as exc:
         raise InputError(f"{where}: {exc}") from None

@@ -3,7 +3,7 @@
 import json
 
 import pytest
-from support import LOGS, METRICS, REAL, SERVER_INFO
+from support import FIXTURES, LOGS, METRICS, REAL, SERVER_INFO
 
 from advisor.errors import InputError
 from advisor.estimate.deltas import diff_counters
@@ -184,3 +184,20 @@ def test_a_real_0_5_11_boot_log_alone_gives_the_config_that_release_ran():
     model = server_model(serving, None, boot, None)
     assert model.observed_max_running_requests == 13
     assert slots_per_request(serving) == 3
+
+
+def test_store_gauges_under_dcp_count_physical_rows():
+    # managers/tp_worker.py ~574-576: sglang:max_total_num_tokens is logical (rows x dcp) under DCP; the KV GB
+    # hold physical rows, so bytes per token divide by tokens // dcp (kimi-linear-dcp2 sizing fixture)
+    from advisor.estimate.history import server_info_from_gauges
+    from advisor.sources.metrics import MetricsObservation, RankMetrics
+
+    body = json.loads((FIXTURES / "sizing" / "kimi-linear-dcp2.server_info.json").read_text())
+    shard = body["internal_states"][0]
+    rank = RankMetrics(dp_rank=0, kv_capacity_tokens=shard["memory_usage"]["token_capacity"],
+                       state_pool_slots=shard["max_mamba_cache_size"], kv_cache_memory_gb=shard["memory_usage"]["kvcache"])
+    stand_in = server_info_from_gauges(MetricsObservation(ranks=[rank]), serving=ServingConfig(dcp_size=2))
+    constants, _ = constants_from_server_info(stand_in)
+    boot = read_boot_log(FIXTURES / "sizing" / "kimi-linear-dcp2.log")
+    assert constants.kv_bytes_per_token == pytest.approx(boot.constants().kv_bytes_per_token, rel=0.001)
+    assert constants.state_bytes_per_slot == pytest.approx(boot.constants().state_bytes_per_slot, rel=0.01)

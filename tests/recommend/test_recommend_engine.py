@@ -93,6 +93,18 @@ def test_unified_memory_and_stale():
     assert recommend(model(), picture_of(est, now), RecommenderSettings(), inputs_stale=True).decision == "inputs_stale"
 
 
+def test_unified_memory_advises_on_the_cap():
+    # mem_cache/unified_memory_pool.py ~1680-1691 / ~1829-1834: the byte split floats but the clamp is still
+    # max_mamba_cache_size // S (kv_cache_configurator.py `resolve_max_num_reqs`), K sized by the ratio
+    est, now = run([[(8192, 1024)] * 300])
+    low = recommend(model(unified_memory=True, mamba_full_memory_ratio=0.05), picture_of(est, now), RecommenderSettings())
+    assert low.decision == "unified_memory" and "raise the cap" in low.reason
+    assert low.flag_line == f"--max-mamba-cache-size {low.recommended_max_mamba_cache_size}"
+    assert low.recommended_max_mamba_cache_size // 5 > low.predicted_max_running_requests_live
+    high = recommend(model(unified_memory=True, mamba_full_memory_ratio=5.0), picture_of(est, now), RecommenderSettings())
+    assert high.decision == "unified_memory" and high.flag_line is None and "admits" in high.reason
+
+
 def test_closed_loop_nudges_up_when_state_pool_saturates_unexpectedly():
     est, now = run([[(8192, 1024)] * 600])
     seed = optimal_ratio(9216, CONSTANTS.token_equiv, slots=5)
