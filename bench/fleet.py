@@ -189,7 +189,7 @@ def run_advisor(store_url: str, servers: int, history: str, cycles: int, interva
     for _ in range(cycles):
         sent = fleet.client.queries_sent
         started = time.monotonic()
-        statuses = fleet.cycle(time.time())
+        statuses = [result.status for result in fleet.cycle(time.time())]
         durations.append(time.monotonic() - started)
         queries.append(fleet.client.queries_sent - sent)
         decisions = {}

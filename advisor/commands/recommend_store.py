@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
         now = time.time()
         if fleet.bootstrap(now) == 0 and fleet.last_error:
             raise InputError(f"cannot read the store: {fleet.last_error}")
-        statuses = fleet.cycle(now)
+        statuses = [result.status for result in fleet.cycle(now)]
         error = fleet.last_error
     finally:
         fleet.close()

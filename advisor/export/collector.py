@@ -1,8 +1,8 @@
 """export.collector: the daemon publishes each cycle's TargetStatus list into a SnapshotStore; the
 AdvisorCollector turns the last published snapshot into fresh Prometheus metric families on every scrape
 (no sample timestamps, nothing recomputed, a None or non-finite value is simply not exported).
-The store also keeps what only the landing page draws (pool model, context histogram, recommendation
-history) and the daemon's own metrics (cycle-step latency histogram, build info)."""
+A snapshot carries every server's view: the status and what only the landing page draws (pool model,
+context histogram, recommendation history); the store also holds the cycle-step latency histogram."""
 
 from __future__ import annotations
 
@@ -12,9 +12,8 @@ import math
 import platform
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from prometheus_client import Histogram
@@ -66,31 +65,58 @@ class HistoryPoint:
     decision: str | None
 
 
+def history_point(rec: Recommendation | None, now: float) -> HistoryPoint:
+    return HistoryPoint(
+        time=float(now),
+        ratio=rec.ratio if rec else None,
+        ratio_lower=rec.ratio_lower if rec else None,
+        ratio_upper=rec.ratio_upper if rec else None,
+        live_ratio=rec.live_ratio if rec else None,
+        decision=rec.decision if rec else None,
+    )
+
+
+@dataclass(frozen=True)
+class ServerView:
+    """Everything the exporter shows of one server after a cycle: its status (/metrics, /status, the table of
+    `/`) and what only `/` draws: the pool model (an advisor.recommend.engine.ServerModel), the context-length
+    histogram's weights and the recommendation history."""
+
+    status: TargetStatus
+    model: Any = None
+    context_weights: tuple[float, ...] | None = None
+    history: tuple[HistoryPoint, ...] = ()
+
+
 @dataclass(frozen=True)
 class Snapshot:
-    """One published cycle: the per-target statuses, when they were published, how many publishes so far."""
+    """One published cycle: every server's view, when it was published, how many publishes so far."""
 
-    targets: tuple[TargetStatus, ...]
+    views: tuple[ServerView, ...]
     generated_at: float | None
     publishes: int
+
+    @property
+    def targets(self) -> tuple[TargetStatus, ...]:
+        return tuple(view.status for view in self.views)
+
+    def view(self, server: str) -> ServerView | None:
+        return next((view for view in self.views if view.status.server == server), None)
 
 
 class SnapshotStore:
     """Thread-safe holder of the last published snapshot. The daemon writes, scrapes and pages read.
 
-    `publish` stores deep copies, so the daemon may keep mutating its own objects; readers get the
-    stored objects and must treat them as read-only.
+    `publish` stores copies of the statuses and models, so the daemon may keep mutating its own objects;
+    readers get the stored objects and must treat them as read-only. The store also holds the daemon's
+    cycle-step latency histogram (sglang_advisor_cycle_step_duration_seconds).
     """
 
-    def __init__(self, history_points: int = HISTORY_POINTS) -> None:
+    def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._snapshot = Snapshot(targets=(), generated_at=None, publishes=0)
+        self._snapshot = Snapshot(views=(), generated_at=None, publishes=0)
         self._published_monotonic: float | None = None
         self._created_monotonic = time.monotonic()
-        self._history_points = history_points
-        self._history: dict[str, deque[HistoryPoint]] = {}
-        self._models: dict[str, Any] = {}
-        self._context_weights: dict[str, Sequence[float]] = {}
         self.step_durations = Histogram(
             metric_name("cycle_step_duration_seconds"),
             "Wall-clock seconds of one step of the advisor's cycle (logs, metrics, server_info and "
@@ -100,46 +126,26 @@ class SnapshotStore:
         for step in CYCLE_STEPS:
             self.step_durations.labels(step=step)
 
-    def record_cycle(self, status: TargetStatus, now: float, *, model: Any = None,
-                     context_weights: Sequence[float] | None = None,
-                     step_seconds: Mapping[str, float] | None = None) -> None:
-        """What one target's cycle adds beyond its status: a history point, the pool model (an
-        advisor.recommend.engine.ServerModel) and context histogram the landing page draws, step timings."""
-        rec = status.recommendation
-        point = HistoryPoint(
-            time=float(now),
-            ratio=rec.ratio if rec else None,
-            ratio_lower=rec.ratio_lower if rec else None,
-            ratio_upper=rec.ratio_upper if rec else None,
-            live_ratio=rec.live_ratio if rec else None,
-            decision=rec.decision if rec else None,
-        )
-        with self._lock:
-            history = self._history.setdefault(status.server, deque(maxlen=self._history_points))
-            history.append(point)
-            if model is not None:
-                self._models[status.server] = copy.deepcopy(model)
-            if context_weights is not None:
-                self._context_weights[status.server] = tuple(float(w) for w in context_weights)
-        for step, seconds in (step_seconds or {}).items():
-            self.observe_step(step, seconds)
-
     def observe_step(self, step: str, seconds: float) -> None:
         """One timed step into the latency histogram (negative or non-finite durations are dropped)."""
         if isinstance(seconds, (int, float)) and math.isfinite(seconds) and seconds >= 0:
             self.step_durations.labels(step=str(step)).observe(float(seconds))
 
+    def observe_steps(self, step_seconds: Mapping[str, float]) -> None:
+        for step, seconds in step_seconds.items():
+            self.observe_step(step, seconds)
+
     def history(self, server: str) -> list[HistoryPoint]:
-        with self._lock:
-            return list(self._history.get(server, ()))
+        view = self.snapshot().view(server)
+        return list(view.history) if view else []
 
     def model(self, server: str) -> Any:
-        with self._lock:
-            return self._models.get(server)
+        view = self.snapshot().view(server)
+        return view.model if view else None
 
     def context_weights(self, server: str) -> Sequence[float] | None:
-        with self._lock:
-            return self._context_weights.get(server)
+        view = self.snapshot().view(server)
+        return view.context_weights if view else None
 
     def seconds_since_publish(self) -> float:
         """Wall seconds since the last publish (since the store was made, before the first)."""
@@ -147,32 +153,29 @@ class SnapshotStore:
             since = self._published_monotonic if self._published_monotonic is not None else self._created_monotonic
         return time.monotonic() - since
 
-    def publish(self, statuses: Sequence[TargetStatus], now: float) -> None:
-        """Replace the snapshot with `statuses` as computed at `now` (unix seconds)."""
+    def publish(self, entries: Sequence[ServerView | TargetStatus], now: float) -> None:
+        """Replace the snapshot with these servers' views (a bare status is a view without page data) as
+        computed at `now` (unix seconds)."""
         if isinstance(now, bool) or not isinstance(now, (int, float)) or not math.isfinite(now):
             raise ValueError(f"publish: now must be a finite unix time in seconds, got {now!r}")
+        views: list[ServerView] = []
         seen: set[str] = set()
-        for status in statuses:
-            if not isinstance(status, TargetStatus):
-                raise ValueError(f"publish: expected TargetStatus, got {type(status).__name__}")
-            if status.server in seen:
-                raise ValueError(f"publish: server {status.server!r} appears twice in one snapshot")
-            seen.add(status.server)
-        frozen = tuple(copy.deepcopy(list(statuses)))
+        for entry in entries:
+            view = ServerView(status=entry) if isinstance(entry, TargetStatus) else entry
+            if not isinstance(view, ServerView) or not isinstance(view.status, TargetStatus):
+                raise ValueError(f"publish: expected TargetStatus or ServerView, got {type(entry).__name__}")
+            if view.status.server in seen:
+                raise ValueError(f"publish: server {view.status.server!r} appears twice in one snapshot")
+            seen.add(view.status.server)
+            views.append(replace(view, status=copy.deepcopy(view.status), model=copy.deepcopy(view.model)))
         with self._lock:
-            self._snapshot = Snapshot(
-                targets=frozen, generated_at=float(now), publishes=self._snapshot.publishes + 1
-            )
+            self._snapshot = Snapshot(views=tuple(views), generated_at=float(now),
+                                      publishes=self._snapshot.publishes + 1)
             self._published_monotonic = time.monotonic()
-            # a server that left the snapshot takes its page data with it (no growth with churn)
-            for per_server in (self._history, self._models, self._context_weights):
-                for server in [name for name in per_server if name not in seen]:
-                    del per_server[server]
 
     def latest(self) -> list[TargetStatus]:
         """The statuses of the last publish (empty before the first)."""
-        with self._lock:
-            return list(self._snapshot.targets)
+        return list(self.snapshot().targets)
 
     def snapshot(self) -> Snapshot:
         """The whole last publish, with its daemon-level values (generated_at, publishes)."""

@@ -1,0 +1,116 @@
+"""What the daemon schedules: a `Target` stands for one or more SGLang servers and runs each one's
+`ServerPipeline` cycle. A direct target is one server scraped and its logs followed (`DirectSource`); a store
+target (advisor.daemon.store_targets.StoreFleet) is every server a Prometheus store holds, from one query set.
+The runner gives every target the same deadline, ledger, publish and checkpoint whatever it observes.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from advisor.config import AdvisorConfig, TargetConfig
+from advisor.daemon.pipeline import InfoAnswer, LogReading, ServerPipeline, ServerResult
+from advisor.sources.follow import LogFollower
+from advisor.sources.http import HttpClient
+from advisor.sources.loglines import LogLineParser, digest
+from advisor.sources.metrics import MetricsLimits, MetricsObservation
+from advisor.sources.scrape import scrape_metrics, scrape_server_info
+from advisor.sources.server_info import ServerInfo
+
+
+class Target(Protocol):
+    """One scheduled unit: its servers' cycles run one after another on one thread, under one deadline."""
+
+    name: str  # the scheduling key, unique among targets
+    checkpointed: bool  # whether its servers' state goes into the checkpoint (a store replays its history instead)
+
+    def servers(self) -> list[ServerPipeline]: ...  # the servers it stands for now
+
+    def cycle(self, now: float) -> list[ServerResult]: ...
+
+    def close(self) -> None: ...
+
+
+class DirectSource:
+    """A server read directly: its /metrics and /server_info over HTTP, its log files followed."""
+
+    def __init__(self, target: TargetConfig, config: AdvisorConfig) -> None:
+        self.url = target.url
+        self.client = HttpClient(timeout_seconds=config.timeout_seconds, api_key=target.api_key,
+                                 max_body_bytes=config.max_body_bytes)
+        self.metrics_limits = MetricsLimits(config.max_line_bytes, config.max_labels_per_series, config.max_series)
+        self.followers = [LogFollower(path, max_line_bytes=config.max_line_bytes) for path in target.log_paths]
+        self.log_parser = LogLineParser()
+
+    def read_logs(self) -> LogReading:
+        reading = LogReading()
+        for follower in self.followers:
+            cut = follower.cut_lines
+            try:
+                lines = follower.read_lines()
+            except OSError as exc:
+                reading.errors.append(f"{follower.path}: {exc.strerror or exc}")
+                continue
+            if follower.cut_lines > cut:
+                reading.errors.append(f"{follower.path}: {follower.cut_lines - cut} line(s) longer than "
+                                      f"max_line_bytes={follower.max_line_bytes} cut")
+            bad_before, abandoned_before = self.log_parser.bad_request_lines, self.log_parser.abandoned_boot_blocks
+            found = digest(self.log_parser.feed(lines), source=follower.path)
+            if self.log_parser.abandoned_boot_blocks > abandoned_before:  # never finished, or over its line/byte cap
+                reading.errors.append(f"{follower.path}: boot block given up (no caps line; superseded or too long)")
+            # request-log lines that gave no record (the parser counts them): skipped, counted, the rest kept
+            bad = self.log_parser.bad_request_lines - bad_before
+            if bad > 0:
+                reading.errors.append(f"{follower.path}: {bad} unreadable request-log line(s) skipped")
+            reading.request_lengths.extend(found.request_lengths)
+            reading.requests.extend(found.requests)
+            reading.decode_intervals.extend(found.decode_intervals)
+            reading.retractions += found.retracted_requests
+            reading.errors.extend(found.errors)
+            if found.boot is not None:
+                reading.boot = found.boot
+        return reading
+
+    def fetch_metrics(self) -> tuple[MetricsObservation | None, str | None]:
+        return scrape_metrics(self.client, self.url, self.metrics_limits)
+
+    def take_warnings(self) -> list[str]:
+        return self.client.take_warnings()
+
+    def ask_server_info(self) -> tuple[ServerInfo | None, str | None]:
+        return scrape_server_info(self.client, self.url)
+
+    def fetch_server_info(self, latest: MetricsObservation | None) -> InfoAnswer:
+        info, error = self.ask_server_info()
+        return InfoAnswer(info, None if info is not None else error or "no server info")
+
+    def state(self) -> dict[str, Any]:
+        return {f.path: f.state() for f in self.followers}
+
+    def restore(self, saved: dict[str, Any]) -> None:
+        for follower in self.followers:
+            offsets = saved.get(follower.path)
+            if isinstance(offsets, dict):
+                follower.restore(offsets)
+
+    def close(self) -> None:
+        self.client.close()
+
+
+class DirectTarget:
+    """One configured server, read directly."""
+
+    checkpointed = True
+
+    def __init__(self, target: TargetConfig, config: AdvisorConfig) -> None:
+        self.name = target.name
+        self.pipeline = ServerPipeline(target, config, DirectSource(target, config))
+
+    def servers(self) -> list[ServerPipeline]:
+        return [self.pipeline]
+
+    def cycle(self, now: float) -> list[ServerResult]:
+        return [self.pipeline.run(now)]
+
+    def close(self) -> None:
+        self.pipeline.close()
