@@ -18,8 +18,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "export")
 
 from export_samples import drifted_status  # noqa: E402
 
-from advisor.export.collector import SnapshotStore  # noqa: E402
 from advisor.export.exposition import MetricsRenderer  # noqa: E402
+from advisor.export.snapshot import SnapshotStore  # noqa: E402
 
 OPENMETRICS = "application/openmetrics-text;version=1.0.0"
 

@@ -18,7 +18,7 @@ from advisor.estimate.deltas import CounterTracker, ObservationDelta
 from advisor.estimate.steptime import StepTimeEstimator
 from advisor.estimate.traffic import TrafficEstimator, TrafficSettings
 from advisor.estimate.workload import EstimatorSettings, WorkloadEstimator
-from advisor.export.collector import HISTORY_POINTS, HistoryPoint, ServerView, history_point
+from advisor.export.snapshot import HISTORY_POINTS, HistoryPoint, ServerView, history_point
 from advisor.feeder import (
     ByteOverrides,
     exact_requests,

@@ -22,7 +22,7 @@ from advisor.daemon.checkpoint import read_checkpoint, write_checkpoint
 from advisor.daemon.pipeline import CycleReport, ServerPipeline
 from advisor.daemon.store_targets import StoreFleet
 from advisor.daemon.targets import DirectTarget, Target
-from advisor.export.collector import ServerView, SnapshotStore
+from advisor.export.snapshot import ServerView, SnapshotStore
 from advisor.status import TargetStatus
 
 log = logging.getLogger("pool_advisor")

@@ -1,22 +1,14 @@
-"""export.collector: the daemon publishes each cycle's TargetStatus list into a SnapshotStore; the
-AdvisorCollector turns the last published snapshot into fresh Prometheus metric families on every scrape
-(no sample timestamps, nothing recomputed, a None or non-finite value is simply not exported).
-A snapshot carries every server's view: the status and what only the landing page draws (pool model,
-context histogram, recommendation history); the store also holds the cycle-step latency histogram."""
+"""export.collector: the Prometheus side of the exporter. AdvisorCollector turns the last published snapshot
+(advisor.export.snapshot) into Prometheus metric families (no sample timestamps, nothing recomputed, a None or
+non-finite value is simply not exported); the registries add the advisor process's own metrics."""
 
 from __future__ import annotations
 
-import copy
 import logging
 import math
 import platform
-import threading
-import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
-from prometheus_client import Histogram
 from prometheus_client.metrics_core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -27,12 +19,12 @@ from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import CollectorRegistry
 
 from advisor import __version__
+from advisor.export.snapshot import METRIC_PREFIX, SnapshotStore, metric_name
 from advisor.recommend.types import CONFIGS, DECISIONS, POOLS, Recommendation
 from advisor.status import TargetStatus
 
 log = logging.getLogger(__name__)
 
-METRIC_PREFIX = "sglang_advisor"
 TARGET_LABELS = ("server", "model_name")
 # TargetStatus.info keys exported as labels of sglang_advisor_info (missing keys export as "").
 INFO_LABELS = ("version", "strategy", "ssm_dtype", "kv_dtype", "tp", "dp", "pp", "dcp")
@@ -43,149 +35,6 @@ CONTEXT_LENGTH_QUANTILES = (
     ("0.99", "context_length_p99"),
 )
 _CYCLE_NOTE = " Recomputed once per advisor cycle; a scrape shows the last published snapshot."
-# The daemon's cycle steps timed into sglang_advisor_cycle_step_duration_seconds (pre-created at 0 so
-# every step has a series from the first scrape). Per-target steps come from the pipeline when it reports
-# them; `target` is one target's whole cycle, `cycle` all targets plus the checkpoint.
-CYCLE_STEPS = ("logs", "metrics", "server_info", "recommend", "target", "checkpoint", "cycle")
-STEP_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
-# Points of recommendation history kept per server for the landing page (a day at the 15 s default
-# would be 5760; 720 is three hours, enough to see a trend without holding much).
-HISTORY_POINTS = 720
-
-
-@dataclass(frozen=True)
-class HistoryPoint:
-    """One cycle's recommendation for one server, as the landing page's history chart draws it."""
-
-    time: float
-    ratio: float | None
-    ratio_lower: float | None
-    ratio_upper: float | None
-    live_ratio: float | None
-    decision: str | None
-
-
-def history_point(rec: Recommendation | None, now: float) -> HistoryPoint:
-    return HistoryPoint(
-        time=float(now),
-        ratio=rec.ratio if rec else None,
-        ratio_lower=rec.ratio_lower if rec else None,
-        ratio_upper=rec.ratio_upper if rec else None,
-        live_ratio=rec.live_ratio if rec else None,
-        decision=rec.decision if rec else None,
-    )
-
-
-@dataclass(frozen=True)
-class ServerView:
-    """Everything the exporter shows of one server after a cycle: its status (/metrics, /status, the table of
-    `/`) and what only `/` draws: the pool model (an advisor.recommend.engine.ServerModel), the context-length
-    histogram's weights and the recommendation history."""
-
-    status: TargetStatus
-    model: Any = None
-    context_weights: tuple[float, ...] | None = None
-    history: tuple[HistoryPoint, ...] = ()
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """One published cycle: every server's view, when it was published, how many publishes so far."""
-
-    views: tuple[ServerView, ...]
-    generated_at: float | None
-    publishes: int
-
-    @property
-    def targets(self) -> tuple[TargetStatus, ...]:
-        return tuple(view.status for view in self.views)
-
-    def view(self, server: str) -> ServerView | None:
-        return next((view for view in self.views if view.status.server == server), None)
-
-
-class SnapshotStore:
-    """Thread-safe holder of the last published snapshot. The daemon writes, scrapes and pages read.
-
-    `publish` stores copies of the statuses and models, so the daemon may keep mutating its own objects;
-    readers get the stored objects and must treat them as read-only. The store also holds the daemon's
-    cycle-step latency histogram (sglang_advisor_cycle_step_duration_seconds).
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._snapshot = Snapshot(views=(), generated_at=None, publishes=0)
-        self._published_monotonic: float | None = None
-        self._created_monotonic = time.monotonic()
-        self.step_durations = Histogram(
-            metric_name("cycle_step_duration_seconds"),
-            "Wall-clock seconds of one step of the advisor's cycle (logs, metrics, server_info and "
-            "recommend per target; target = one target's whole cycle; checkpoint; cycle = all targets).",
-            labelnames=("step",), buckets=STEP_BUCKETS, registry=None,
-        )
-        for step in CYCLE_STEPS:
-            self.step_durations.labels(step=step)
-
-    def observe_step(self, step: str, seconds: float) -> None:
-        """One timed step into the latency histogram (negative or non-finite durations are dropped)."""
-        if isinstance(seconds, (int, float)) and math.isfinite(seconds) and seconds >= 0:
-            self.step_durations.labels(step=str(step)).observe(float(seconds))
-
-    def observe_steps(self, step_seconds: Mapping[str, float]) -> None:
-        for step, seconds in step_seconds.items():
-            self.observe_step(step, seconds)
-
-    def history(self, server: str) -> list[HistoryPoint]:
-        view = self.snapshot().view(server)
-        return list(view.history) if view else []
-
-    def model(self, server: str) -> Any:
-        view = self.snapshot().view(server)
-        return view.model if view else None
-
-    def context_weights(self, server: str) -> Sequence[float] | None:
-        view = self.snapshot().view(server)
-        return view.context_weights if view else None
-
-    def seconds_since_publish(self) -> float:
-        """Wall seconds since the last publish (since the store was made, before the first)."""
-        with self._lock:
-            since = self._published_monotonic if self._published_monotonic is not None else self._created_monotonic
-        return time.monotonic() - since
-
-    def publish(self, entries: Sequence[ServerView | TargetStatus], now: float) -> None:
-        """Replace the snapshot with these servers' views (a bare status is a view without page data) as
-        computed at `now` (unix seconds)."""
-        if isinstance(now, bool) or not isinstance(now, (int, float)) or not math.isfinite(now):
-            raise ValueError(f"publish: now must be a finite unix time in seconds, got {now!r}")
-        views: list[ServerView] = []
-        seen: set[str] = set()
-        for entry in entries:
-            view = ServerView(status=entry) if isinstance(entry, TargetStatus) else entry
-            if not isinstance(view, ServerView) or not isinstance(view.status, TargetStatus):
-                raise ValueError(f"publish: expected TargetStatus or ServerView, got {type(entry).__name__}")
-            if view.status.server in seen:
-                raise ValueError(f"publish: server {view.status.server!r} appears twice in one snapshot")
-            seen.add(view.status.server)
-            views.append(replace(view, status=copy.deepcopy(view.status), model=copy.deepcopy(view.model)))
-        with self._lock:
-            self._snapshot = Snapshot(views=tuple(views), generated_at=float(now),
-                                      publishes=self._snapshot.publishes + 1)
-            self._published_monotonic = time.monotonic()
-
-    def latest(self) -> list[TargetStatus]:
-        """The statuses of the last publish (empty before the first)."""
-        return list(self.snapshot().targets)
-
-    def snapshot(self) -> Snapshot:
-        """The whole last publish, with its daemon-level values (generated_at, publishes)."""
-        with self._lock:
-            return self._snapshot
-
-    @property
-    def generated_at(self) -> float | None:
-        """The `now` of the last publish, or None before the first."""
-        return self.snapshot().generated_at
 
 
 def _finite(value: object) -> float | None:
@@ -388,10 +237,6 @@ _PER_CONFIG: tuple[tuple[str, str, dict[str, StatusField]], ...] = (
     ),
 )
 assert all(set(getters) == set(CONFIGS) for _, _, getters in _PER_CONFIG)
-
-
-def metric_name(suffix: str) -> str:
-    return f"{METRIC_PREFIX}_{suffix}"
 
 
 class AdvisorCollector:

@@ -12,7 +12,8 @@ from collections.abc import Mapping, Sequence
 from prometheus_client.exposition import _bake_output, choose_encoder, gzip_accepted
 from prometheus_client.registry import CollectorRegistry
 
-from advisor.export.collector import SnapshotStore, build_daemon_registry, build_registry
+from advisor.export.collector import build_daemon_registry, build_registry
+from advisor.export.snapshot import SnapshotStore
 
 OPENMETRICS_EOF = b"# EOF\n"
 

@@ -15,12 +15,8 @@ from prometheus_client import REGISTRY, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from advisor.export.collector import (
-    INFO_LABELS,
-    SnapshotStore,
-    build_registry,
-    exported_metric_names,
-)
+from advisor.export.collector import INFO_LABELS, build_registry, exported_metric_names
+from advisor.export.snapshot import SnapshotStore
 from advisor.recommend.types import DECISIONS, POOLS
 
 NOW = 1_790_000_030.0

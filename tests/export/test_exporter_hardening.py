@@ -21,8 +21,9 @@ from prom_harness import wait_for
 from prometheus_client.parser import text_string_to_metric_families
 
 from advisor.errors import InputError
-from advisor.export.collector import CYCLE_STEPS, ServerView, SnapshotStore, build_registry, history_point
+from advisor.export.collector import build_registry
 from advisor.export.server import ExporterServer, _AdvisorHTTPServer
+from advisor.export.snapshot import CYCLE_STEPS, ServerView, SnapshotStore, history_point
 from advisor.export.webconfig import WebConfig, load_web_config, web_config_from_dict
 
 NOW = 1_790_000_030.0

@@ -11,8 +11,8 @@ from export_samples import RECOMMENDED_RATIO, drifted_status, unreachable_status
 from prometheus_client.parser import text_string_to_metric_families
 
 from advisor.errors import InputError
-from advisor.export.collector import ServerView, SnapshotStore, history_point
 from advisor.export.server import ExporterServer, landing_page
+from advisor.export.snapshot import ServerView, SnapshotStore, history_point
 
 NOW = 1_790_000_030.0
 

@@ -11,9 +11,10 @@ from export_samples import drifted_status
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
 from prometheus_client.parser import text_string_to_metric_families
 
-from advisor.export.collector import SnapshotStore, build_registry
+from advisor.export.collector import build_registry
 from advisor.export.exposition import MetricsRenderer, bake_registry
 from advisor.export.server import ExporterServer
+from advisor.export.snapshot import SnapshotStore
 
 NOW = 1_790_000_030.0
 OPENMETRICS = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"
