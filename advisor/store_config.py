@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from advisor.errors import InputError
-from advisor.estimate.history import DEFAULT_SERVER_LABELS
+from advisor.sources.fleet_queries import DEFAULT_SERVER_LABELS
 from advisor.sources.http import redact_url
 from advisor.sources.prometheus_store import StoreAuth, parse_duration, selector_matchers
 

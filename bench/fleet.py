@@ -25,7 +25,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs
 
-from advisor.estimate.history import RANK_FAMILIES, TOKENIZER_COUNTERS
+from advisor.sources.fleet_queries import RANK_FAMILIES, TOKENIZER_COUNTERS
 
 # SGLang 0.5.23's default token-histogram buckets (observables reference, prompt_tokens_histogram).
 BUCKETS = (100, 300, 500, 700, 1000, 1500, 2000, 3000, 4000, 5000, 6000, 7000, 8000, 9000, 10000, 12500, 15000,

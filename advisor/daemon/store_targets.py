@@ -1,6 +1,6 @@
 """The daemon's `kind: prometheus` targets: one store stands for every SGLang server its selector matches.
 
-Each cycle asks the store the fixed query set once (`advisor.estimate.history.fleet_queries`), whatever the
+Each cycle asks the store the fixed query set once (`advisor.sources.fleet_queries.fleet_queries`), whatever the
 fleet size, and hands every server its observation; each server then runs the one server cycle
 (`ServerPipeline` over a `StoreServerSource`), so estimates, exported series, `/` and `/status` are the same.
 At start every server's estimator is replayed from the store's history (VPA's history init); servers appear
@@ -19,7 +19,7 @@ from typing import Any
 from advisor.config import AdvisorConfig, TargetConfig
 from advisor.daemon.pipeline import InfoAnswer, LogReading, ServerPipeline, ServerResult
 from advisor.daemon.targets import DirectSource
-from advisor.estimate.history import FleetFrame, fleet_queries, replay_step, server_info_from_gauges
+from advisor.sources.fleet_queries import FleetFrame, fleet_queries, replay_step, server_info_from_gauges
 from advisor.sources.metrics import MetricsObservation
 from advisor.sources.prometheus_store import PrometheusClient, QueryResult, too_many_servers
 from advisor.sources.server_info import ServerInfo

@@ -14,7 +14,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from support import METRICS
 
-from advisor.estimate.history import (
+from advisor.feeder import constants_from_server_info
+from advisor.model.serving import ServingConfig, slots_per_request
+from advisor.sources.fleet_queries import (
     HISTOGRAM_FAMILIES,
     PHASE_FAMILIES,
     RANK_FAMILIES,
@@ -25,8 +27,6 @@ from advisor.estimate.history import (
     replay_step,
     server_info_from_gauges,
 )
-from advisor.feeder import constants_from_server_info
-from advisor.model.serving import ServingConfig, slots_per_request
 from advisor.sources.metrics import RankMetrics, parse_metrics
 
 FIXTURES = ("single", "tp2", "dp2tp4")
