@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from fake_store import FakeStore, read_exposition
+from fake_store import FakeStore, fixture_samples
 from prometheus_client.parser import text_string_to_metric_families
 from replay_server import ReplayServer
 
@@ -25,7 +25,7 @@ NOT_DRAWN = ("unknown yet", "no finished requests observed yet", "cannot draw")
 def both() -> Iterator[tuple[Advisor, ReplayServer, FakeStore]]:
     """One advisor watching the replay server directly ("direct") and through a store (server "a:1", whose
     /server_info is the same replay server)."""
-    with ReplayServer() as replay, FakeStore({STORE_SERVER: read_exposition("sglang-0.5.23-single.prom")}) as store:
+    with ReplayServer() as replay, FakeStore({STORE_SERVER: fixture_samples("sglang-0.5.23-single.prom")}) as store:
         advisor = Advisor(config_from_dict({
             "targets": [
                 {"name": "direct", "url": replay.url},
