@@ -44,7 +44,7 @@ from advisor.recommend.engine import (
 from advisor.recommend.replay import ReplayCurve, replay_curve
 from advisor.recommend.types import Recommendation
 from advisor.sources.bootlog import BootInfo, read_boot_log
-from advisor.sources.loglines import DecodeInterval, RequestRecord
+from advisor.sources.loglines import DecodeInterval, LogDigest, RequestRecord
 from advisor.sources.metrics import MetricsObservation
 from advisor.sources.server_info import ServerInfo
 from advisor.status import TargetStatus
@@ -86,6 +86,16 @@ class LogReading:
     boot: BootInfo | None = None
     errors: list[str] = field(default_factory=list)  # counted under source=logs
 
+    def add(self, found: LogDigest) -> None:
+        """What one batch of a log's lines gave (the latest boot block wins)."""
+        self.request_lengths.extend(found.request_lengths)
+        self.requests.extend(found.requests)
+        self.decode_intervals.extend(found.decode_intervals)
+        self.retractions += found.retracted_requests
+        self.errors.extend(found.errors)
+        if found.boot is not None:
+            self.boot = found.boot
+
 
 @dataclass
 class InfoAnswer:
@@ -102,9 +112,9 @@ class ObservationSource(Protocol):
 
     def read_logs(self) -> LogReading: ...
 
-    def fetch_metrics(self) -> tuple[MetricsObservation | None, str | None]: ...
+    def fetch_metrics(self) -> tuple[MetricsObservation | None, str | None]: ...  # (None, None): none to give
 
-    def fetch_server_info(self, latest: MetricsObservation | None) -> InfoAnswer: ...
+    def fetch_server_info(self, latest: MetricsObservation | None) -> InfoAnswer: ...  # info None, no error: none
 
     def take_warnings(self) -> list[str]: ...  # what its reads noticed but read anyway (counted under metrics)
 
@@ -340,7 +350,8 @@ class ServerPipeline:
         for warning in self.source.take_warnings():  # read, but not as declared (an unusable charset): counted
             self.ledger.count("metrics", warning)
         if observation is None:
-            self.ledger.count("metrics", error or "no observation")
+            if error is not None:  # (None, None): the source has no metrics to give, which is no failure
+                self.ledger.count("metrics", error)
             return False
         interval = now - self.last_scrape_now if self.last_scrape_now is not None else None
         self.last_scrape_now = now

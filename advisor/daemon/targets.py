@@ -1,21 +1,28 @@
 """What the daemon schedules: a `Target` stands for one or more SGLang servers and runs each one's
 `ServerPipeline` cycle. A direct target is one server scraped and its logs followed (`DirectSource`); a store
-target (advisor.daemon.store_targets.StoreFleet) is every server a Prometheus store holds, from one query set.
-The runner gives every target the same deadline, ledger, publish and checkpoint whatever it observes.
+target (advisor.daemon.store_targets.StoreFleet) is every server a Prometheus store holds, from one query set;
+`inspect` runs one cycle over saved files (`SavedFilesSource`). The runner gives every target the same
+deadline, ledger, publish and checkpoint whatever it observes.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any, Protocol
 
 from advisor.config import AdvisorConfig, TargetConfig
 from advisor.daemon.pipeline import InfoAnswer, LogReading, ServerPipeline, ServerResult
+from advisor.errors import InputError
 from advisor.sources.follow import LogFollower
 from advisor.sources.http import HttpClient
+from advisor.sources.local_files import read_local_text
 from advisor.sources.loglines import LogLineParser, digest
-from advisor.sources.metrics import MetricsLimits, MetricsObservation
+from advisor.sources.metrics import MetricsLimits, MetricsObservation, parse_metrics
 from advisor.sources.scrape import scrape_metrics, scrape_server_info
-from advisor.sources.server_info import ServerInfo
+from advisor.sources.server_info import ServerInfo, parse_server_info
+
+# A saved file larger than this is refused (inspect reads it whole).
+MAX_SAVED_FILE_BYTES = 1 << 30
 
 
 class Target(Protocol):
@@ -62,13 +69,7 @@ class DirectSource:
             bad = self.log_parser.bad_request_lines - bad_before
             if bad > 0:
                 reading.errors.append(f"{follower.path}: {bad} unreadable request-log line(s) skipped")
-            reading.request_lengths.extend(found.request_lengths)
-            reading.requests.extend(found.requests)
-            reading.decode_intervals.extend(found.decode_intervals)
-            reading.retractions += found.retracted_requests
-            reading.errors.extend(found.errors)
-            if found.boot is not None:
-                reading.boot = found.boot
+            reading.add(found)
         return reading
 
     def fetch_metrics(self) -> tuple[MetricsObservation | None, str | None]:
@@ -114,3 +115,59 @@ class DirectTarget:
 
     def close(self) -> None:
         self.pipeline.close()
+
+
+class SavedFilesSource:
+    """A server as saved files say (`inspect`): a /metrics body, a /server_info body and log files read whole,
+    each standing in for its live source; what no file gives is asked of `url` when one is given. Unreadable
+    or unparsable files are refused at once (InputError); a source with nothing to read reports nothing, not a
+    failure."""
+
+    def __init__(self, *, metrics_file: str | None = None, server_info_file: str | None = None,
+                 log_files: tuple[str, ...] = (), url: TargetConfig | None = None,
+                 config: AdvisorConfig | None = None) -> None:
+        self.metrics = parse_metrics(_read(metrics_file, "metrics file")) if metrics_file else None
+        self.server_info: ServerInfo | None = None
+        if server_info_file:
+            try:
+                self.server_info = parse_server_info(json.loads(_read(server_info_file, "server info file")))
+            except json.JSONDecodeError as exc:
+                raise InputError(f"server info file {server_info_file} is not JSON (line {exc.lineno})") from None
+            except RecursionError:
+                raise InputError(f"server info file {server_info_file} is nested too deeply") from None
+        self.logs = [(path, _read(path, "log file")) for path in log_files]
+        self.direct = DirectSource(url, config) if url is not None and config is not None else None
+
+    def read_logs(self) -> LogReading:
+        reading = LogReading()
+        parser = LogLineParser()
+        for path, text in self.logs:
+            reading.add(digest(parser.feed(text.splitlines()), source=path))
+        return reading
+
+    def fetch_metrics(self) -> tuple[MetricsObservation | None, str | None]:
+        if self.metrics is not None or self.direct is None:
+            return self.metrics, None
+        return self.direct.fetch_metrics()
+
+    def take_warnings(self) -> list[str]:
+        return self.direct.take_warnings() if self.direct is not None else []
+
+    def fetch_server_info(self, latest: MetricsObservation | None) -> InfoAnswer:
+        if self.server_info is not None or self.direct is None:
+            return InfoAnswer(self.server_info)
+        return self.direct.fetch_server_info(latest)
+
+    def state(self) -> dict[str, Any]:
+        return {}
+
+    def restore(self, saved: dict[str, Any]) -> None:
+        pass
+
+    def close(self) -> None:
+        if self.direct is not None:
+            self.direct.close()
+
+
+def _read(path: str, what: str) -> str:
+    return read_local_text(path, what, MAX_SAVED_FILE_BYTES)  # a regular file only: a FIFO would hang
