@@ -202,8 +202,8 @@ class ServerPipeline:
         self.target = target
         self.config = config
         self.source = source
-        self.state_ = ServerState(EstimatorSettings(half_life_seconds=config.half_life_seconds),
-                                  TrafficSettings(window_seconds=config.replay_window_seconds))
+        self.server_state = ServerState(EstimatorSettings(half_life_seconds=config.half_life_seconds),
+                                        TrafficSettings(window_seconds=config.replay_window_seconds))
         self.recommender_settings = RecommenderSettings(state_bias=config.state_bias)
         self.counters = CounterTracker()  # honest deltas across restarts and a URL flipping between servers
         self.previous: MetricsObservation | None = None
@@ -230,38 +230,26 @@ class ServerPipeline:
     def name(self) -> str:
         return self.target.name
 
-    # The state's parts, under the names the daemon's callers and tests read.
+    # The parts of the state every caller reads.
     @property
     def ledger(self) -> ErrorLedger:
-        return self.state_.ledger
+        return self.server_state.ledger
 
     @property
     def errors_total(self) -> dict[str, int]:
-        return self.state_.ledger.totals
+        return self.server_state.ledger.totals
 
     @property
     def estimator(self) -> WorkloadEstimator:
-        return self.state_.estimator
-
-    @property
-    def uses_request_logs(self) -> bool:
-        return self.state_.uses_request_logs
-
-    @property
-    def restored(self) -> bool:
-        return self.state_.restored
-
-    @property
-    def last_success(self) -> float | None:
-        return self.state_.last_success
+        return self.server_state.estimator
 
     # -- checkpoint -----------------------------------------------------------------------------------
 
     def state(self) -> dict[str, Any]:
-        return {**self.state_.to_dict(), "followers": self.source.state()}
+        return {**self.server_state.to_dict(), "followers": self.source.state()}
 
     def restore(self, saved: dict[str, Any]) -> None:
-        if not self.state_.restore(saved, self.name):
+        if not self.server_state.restore(saved, self.name):
             return
         followers = saved.get("followers", {})
         self.source.restore(followers if isinstance(followers, dict) else {})
@@ -301,7 +289,7 @@ class ServerPipeline:
         report.step_seconds["metrics"] = time.monotonic() - step
         if scraped:
             self.consecutive_failures = 0
-            self.state_.last_success = now
+            self.server_state.last_success = now
         else:
             self.consecutive_failures += 1
         if self.info_due or self.cycles % max(1, self.config.server_info_every) == 0:
@@ -326,7 +314,7 @@ class ServerPipeline:
         if self.server_info is None and self.info_due:
             self._refresh_server_info()
         self._take_metrics(now, CycleReport())
-        self.state_.last_success = now
+        self.server_state.last_success = now
         self.ledger.begin_cycle()
 
     def _read_logs(self, now: float, report: CycleReport) -> None:
@@ -334,15 +322,15 @@ class ServerPipeline:
         for error in reading.errors:
             self.ledger.count("logs", error)
         report.log_retractions += reading.retractions
-        self.state_.traffic.observe_requests(exact_requests(reading.requests, self.config.time_scale))
+        self.server_state.traffic.observe_requests(exact_requests(reading.requests, self.config.time_scale))
         if reading.decode_intervals:
             self.uses_decode_lines = True
-            self.state_.step_time.observe(now, step_samples_from_log(reading.decode_intervals))
+            self.server_state.step_time.observe(now, step_samples_from_log(reading.decode_intervals))
         if reading.boot is not None:
             self.boot = reading.boot
             self.info_due = True
         if reading.request_lengths:
-            self.state_.uses_request_logs = True
+            self.server_state.uses_request_logs = True
             report.request_records = self.estimator.observe_requests(now, reading.request_lengths)
 
     def _take_metrics(self, now: float, report: CycleReport) -> bool:
@@ -362,16 +350,16 @@ class ServerPipeline:
         if delta.restarted:
             self.info_due = True
         # The first scrape after a checkpoint restore is only a baseline: its lifetime totals were seen before.
-        if first and self.restored:
+        if first and self.server_state.restored:
             return True
-        if not self.uses_request_logs:
+        if not self.server_state.uses_request_logs:
             self.estimator.observe_token_histograms(now, delta.prompt_tokens_histogram, delta.generation_tokens_histogram)
         clamp = observed_clamp(self.server_info, self.boot, len(observation.ranks))
         sample = scrape_sample(observation, delta, clamp=clamp, log_retractions=report.log_retractions, baseline=first)
         self.estimator.observe_scrape(now, sample)
-        observe_traffic_interval(self.state_.traffic, now, delta, sample)
+        observe_traffic_interval(self.server_state.traffic, now, delta, sample)
         if not self.uses_decode_lines:
-            self.state_.step_time.observe(now, step_samples_from_metrics(observation))
+            self.server_state.step_time.observe(now, step_samples_from_metrics(observation))
         return True
 
     def _refresh_server_info(self) -> None:
@@ -428,9 +416,9 @@ class ServerPipeline:
         status = TargetStatus(
             server=self.name,
             model_name=model_name_of(self.server_info, self.previous),
-            up=self.consecutive_failures == 0 and self.last_success is not None,
+            up=self.consecutive_failures == 0 and self.server_state.last_success is not None,
             stale=stale,
-            last_success_timestamp=self.last_success,
+            last_success_timestamp=self.server_state.last_success,
             info=info,
             workload=picture.summary,
             recommendation=rec,
@@ -450,9 +438,9 @@ class ServerPipeline:
         if self.replay_time is not None and now - self.replay_time < interval and self.replay_result is not None:
             return self.replay_result
         prior = prior_ratio(model, picture, self.recommender_settings)
-        step_time = self.state_.step_time
+        step_time = self.server_state.step_time
         fit = step_time.fit(model.serving.draft_tokens if spec_enabled(model.serving) else 0)
-        traffic = self.state_.traffic.picture(seed=self.cycles)
+        traffic = self.server_state.traffic.picture(seed=self.cycles)
         if prior is None or traffic is None:
             return self.replay_result
         server = scheduler_server(model, self.boot, fit.cost if fit else step_time.prior)

@@ -14,11 +14,10 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from typing import Any
 
 from advisor.config import AdvisorConfig, TargetConfig
 from advisor.daemon.pipeline import InfoAnswer, LogReading, ServerPipeline, ServerResult
-from advisor.daemon.targets import DirectSource
+from advisor.daemon.targets import DirectSource, StandInSource
 from advisor.sources.fleet_queries import FleetFrame, fleet_queries, replay_step, server_info_from_gauges
 from advisor.sources.metrics import MetricsObservation
 from advisor.sources.prometheus_store import PrometheusClient, QueryResult, too_many_servers
@@ -35,7 +34,7 @@ MAX_POINTS_PER_SERIES = 11_000
 SERVER_INFO_WORKERS = 32
 
 
-class StoreServerSource:
+class StoreServerSource(StandInSource):
     """One server seen through the store: metrics handed in by the fleet from its one query set; /server_info
     asked of the server when reachable, else stood in for by the pool gauges (with the ratio assumed)."""
 
@@ -65,9 +64,6 @@ class StoreServerSource:
             return None, error or f"{self.name} is not in the store's latest samples"
         return observation, None
 
-    def take_warnings(self) -> list[str]:
-        return self.direct.take_warnings() if self.direct is not None else []
-
     def prefetch_server_info(self) -> None:
         """Ask /server_info now (the fleet does this for many servers at once); the cycle uses the answer."""
         if self.direct is not None:
@@ -90,15 +86,6 @@ class StoreServerSource:
         return InfoAnswer(stand_in, f"{error}; using the pool gauges" if error else None,
                           note=("constants_from_pool_gauges", note))
 
-    def state(self) -> dict[str, Any]:
-        return {}
-
-    def restore(self, saved: dict[str, Any]) -> None:
-        pass
-
-    def close(self) -> None:
-        if self.direct is not None:
-            self.direct.close()
 
 
 class StoreFleet:

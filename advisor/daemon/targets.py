@@ -117,7 +117,27 @@ class DirectTarget:
         self.pipeline.close()
 
 
-class SavedFilesSource:
+class StandInSource:
+    """Base of the sources that stand in for a server's own answers (saved files, a store's rows): they keep no
+    log offsets across restarts, and may ask the server directly (`direct`) for what they lack."""
+
+    direct: DirectSource | None = None
+
+    def take_warnings(self) -> list[str]:
+        return self.direct.take_warnings() if self.direct is not None else []
+
+    def state(self) -> dict[str, Any]:
+        return {}
+
+    def restore(self, saved: dict[str, Any]) -> None:
+        pass
+
+    def close(self) -> None:
+        if self.direct is not None:
+            self.direct.close()
+
+
+class SavedFilesSource(StandInSource):
     """A server as saved files say (`inspect`): a /metrics body, a /server_info body and log files read whole,
     each standing in for its live source; what no file gives is asked of `url` when one is given. Unreadable
     or unparsable files are refused at once (InputError); a source with nothing to read reports nothing, not a
@@ -150,23 +170,11 @@ class SavedFilesSource:
             return self.metrics, None
         return self.direct.fetch_metrics()
 
-    def take_warnings(self) -> list[str]:
-        return self.direct.take_warnings() if self.direct is not None else []
-
     def fetch_server_info(self, latest: MetricsObservation | None) -> InfoAnswer:
         if self.server_info is not None or self.direct is None:
             return InfoAnswer(self.server_info)
         return self.direct.fetch_server_info(latest)
 
-    def state(self) -> dict[str, Any]:
-        return {}
-
-    def restore(self, saved: dict[str, Any]) -> None:
-        pass
-
-    def close(self) -> None:
-        if self.direct is not None:
-            self.direct.close()
 
 
 def _read(path: str, what: str) -> str:

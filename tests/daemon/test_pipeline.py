@@ -93,7 +93,7 @@ def test_request_log_rotation_and_truncation_lose_nothing(tmp_path):
         third = advisor.run_cycle()[0]
         assert third.workload.requests_observed == 350
         # request logs win over the metrics histograms: nothing is counted twice
-        assert advisor.pipelines[0].uses_request_logs
+        assert advisor.pipelines[0].server_state.uses_request_logs
         advisor.close()
 
 
