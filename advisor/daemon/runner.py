@@ -207,8 +207,10 @@ class Advisor:
         self._mark_overruns(budget)
         checkpoint_started = time.monotonic()
         self.save_checkpoint()
+        checkpointed = time.monotonic()
+        self.store.cycle_ended()  # the exporter renders this cycle's exposition now, not on a scrape
         finished = time.monotonic()
-        self.store.observe_step("checkpoint", finished - checkpoint_started)
+        self.store.observe_step("checkpoint", checkpointed - checkpoint_started)
         self.store.observe_step("cycle", finished - cycle_started)
         with self._lock:
             statuses = self._statuses()

@@ -6,10 +6,11 @@ readers, and the daemon's cycle-step latency histogram."""
 from __future__ import annotations
 
 import copy
+import logging
 import math
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -20,6 +21,8 @@ from advisor.status import TargetStatus
 
 if TYPE_CHECKING:
     from advisor.recommend.engine import ServerModel
+
+log = logging.getLogger(__name__)
 
 METRIC_PREFIX = "sglang_advisor"
 
@@ -98,6 +101,7 @@ class SnapshotStore:
     """
 
     def __init__(self) -> None:
+        self._cycle_listeners: list[Callable[[], None]] = []
         self._lock = threading.Lock()
         self._snapshot = Snapshot(views=(), generated_at=None, publishes=0)
         self._published_monotonic: float | None = None
@@ -157,6 +161,18 @@ class SnapshotStore:
             self._snapshot = Snapshot(views=tuple(views), generated_at=float(now),
                                       publishes=self._snapshot.publishes + 1)
             self._published_monotonic = time.monotonic()
+
+    def on_cycle_end(self, listener: Callable[[], None]) -> None:
+        """Call `listener` when the daemon ends a cycle (the exporter renders its exposition then, not on a scrape)."""
+        self._cycle_listeners.append(listener)
+
+    def cycle_ended(self) -> None:
+        """The daemon's cycle is over: its last publish stands until the next cycle. Listeners never raise."""
+        for listener in list(self._cycle_listeners):
+            try:
+                listener()
+            except Exception:
+                log.exception("a cycle-end listener failed")
 
     def latest(self) -> list[TargetStatus]:
         """The statuses of the last publish (empty before the first)."""
