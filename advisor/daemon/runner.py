@@ -39,8 +39,7 @@ class Advisor:
         self._time_base = self._wall_start  # advisor time at _wall_start
         self.targets: list[Target] = [DirectTarget(target, config) for target in config.targets]
         self.targets += [StoreFleet(store, config, wall_clock) for store in config.store_targets]
-        self.latest: dict[str, TargetStatus] = {}  # server -> its last status
-        self.views: dict[str, ServerView] = {}  # server -> what the exporter shows of it
+        self.views: dict[str, ServerView] = {}  # server -> what the exporter shows of it (its status included)
         self.reports: dict[str, CycleReport] = {}
         self._lock = threading.Lock()
         self._done = threading.Condition()  # notified when a target's task ends, and on stop
@@ -48,6 +47,12 @@ class Advisor:
         self._busy: dict[str, _Task] = {}
         self._snapshots: dict[str, Any] = {}  # server -> its state() taken when its last cycle ended
         self._loaded: dict[str, Any] = {}  # server -> its entry in the checkpoint read at start
+
+    @property
+    def latest(self) -> dict[str, TargetStatus]:
+        """Every shown server's last status."""
+        with self._lock:
+            return {name: view.status for name, view in self.views.items()}
 
     @property
     def pipelines(self) -> list[ServerPipeline]:
@@ -152,7 +157,7 @@ class Advisor:
             self._snapshots.update(snapshots)
             for result in results:
                 name = result.status.server
-                self.latest[name], self.views[name], self.reports[name] = result.status, result.view, result.report
+                self.views[name], self.reports[name] = result.view, result.report
             self._forget_gone()
             self._publish()
         for result in results:
@@ -161,7 +166,7 @@ class Advisor:
     def _forget_gone(self) -> None:
         """Drop what the advisor holds of servers no target stands for any more (a store's departed servers)."""
         current = {server.name for target in self.targets for server in target.servers()}
-        for held in (self.latest, self.views, self.reports, self._snapshots):
+        for held in (self.views, self.reports, self._snapshots):
             for name in [name for name in held if name not in current]:
                 del held[name]
 
@@ -173,7 +178,7 @@ class Advisor:
         return [server.name for target in self.targets for server in target.servers() if server.name in self.views]
 
     def _statuses(self) -> list[TargetStatus]:
-        return [self.latest[name] for name in self._shown()]
+        return [self.views[name].status for name in self._shown()]
 
     def _start(self, target: Target) -> _Task | None:
         """Run the target's cycle on a daemon thread unless it is still busy from an earlier cycle."""
@@ -233,7 +238,6 @@ class Advisor:
                     previous = self.views.get(server.name) or ServerView(status=TargetStatus(server=server.name))
                     status = replace(previous.status, up=False, last_errors=[f"deadline: {message}"],
                                      scrape_errors_total=dict(server.ledger.totals))
-                    self.latest[server.name] = status
                     self.views[server.name] = replace(previous, status=status)
         if overran:
             with self._lock:
