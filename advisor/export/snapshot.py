@@ -95,13 +95,15 @@ class Snapshot:
 class SnapshotStore:
     """Thread-safe holder of the last published snapshot. The daemon writes, scrapes and pages read.
 
-    `publish` stores copies of the statuses and models, so the daemon may keep mutating its own objects;
-    readers get the stored objects and must treat them as read-only. The store also holds the daemon's
+    `publish` stores copies of the statuses and models (once per ServerView given: the same view published
+    again keeps its copy), so the daemon may keep mutating its own statuses; readers get the stored objects and
+    must treat them as read-only. The store also holds the daemon's
     cycle-step latency histogram (sglang_advisor_cycle_step_duration_seconds).
     """
 
     def __init__(self) -> None:
         self._cycle_listeners: list[Callable[[], None]] = []
+        self._copies: dict[str, tuple[object, ServerView]] = {}  # server -> (the entry last given, its copy)
         self._lock = threading.Lock()
         self._snapshot = Snapshot(views=(), generated_at=None, publishes=0)
         self._published_monotonic: float | None = None
@@ -147,18 +149,25 @@ class SnapshotStore:
         computed at `now` (unix seconds)."""
         if isinstance(now, bool) or not isinstance(now, (int, float)) or not math.isfinite(now):
             raise ValueError(f"publish: now must be a finite unix time in seconds, got {now!r}")
-        views: list[ServerView] = []
-        seen: set[str] = set()
+        with self._lock:
+            earlier = self._copies
+        copies: dict[str, tuple[object, ServerView]] = {}
         for entry in entries:
             view = ServerView(status=entry) if isinstance(entry, TargetStatus) else entry
             if not isinstance(view, ServerView) or not isinstance(view.status, TargetStatus):
                 raise ValueError(f"publish: expected TargetStatus or ServerView, got {type(entry).__name__}")
-            if view.status.server in seen:
-                raise ValueError(f"publish: server {view.status.server!r} appears twice in one snapshot")
-            seen.add(view.status.server)
-            views.append(replace(view, status=copy.deepcopy(view.status), model=copy.deepcopy(view.model)))
+            server = view.status.server
+            if server in copies:
+                raise ValueError(f"publish: server {server!r} appears twice in one snapshot")
+            given, stored = earlier.get(server, (None, None))
+            # The same ServerView given again is the same cycle's view (views are never changed once given):
+            # it keeps its copy. A bare status may have been changed in place since: it is copied every time.
+            if given is not entry or stored is None or not isinstance(entry, ServerView):
+                stored = replace(view, status=copy.deepcopy(view.status), model=copy.deepcopy(view.model))
+            copies[server] = (entry, stored)
         with self._lock:
-            self._snapshot = Snapshot(views=tuple(views), generated_at=float(now),
+            self._copies = copies
+            self._snapshot = Snapshot(views=tuple(stored for _, stored in copies.values()), generated_at=float(now),
                                       publishes=self._snapshot.publishes + 1)
             self._published_monotonic = time.monotonic()
 
