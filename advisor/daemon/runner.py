@@ -2,8 +2,8 @@
 targets (a direct server, or a store's fleet: advisor.daemon.targets) run side by side on daemon threads so one
 that never answers cannot delay the others (a target still busy when its cycle's time is up is abandoned for
 that cycle: each of its servers is counted under source=deadline and shown as down); each target's results are
-published to the exporter as soon as they are ready; the checkpoint is written atomically after
-every cycle and on shutdown. SIGTERM wakes the cycle wait at once: nothing left running keeps the process.
+published to the exporter as soon as they are ready; the checkpoint is written atomically after every cycle
+and on shutdown, and the exporter renders the cycle's exposition when it ends. SIGTERM wakes the cycle wait at once: nothing left running keeps the process.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ class Advisor:
         self._wall_start = wall_clock()
         self._time_base = self._wall_start  # advisor time at _wall_start
         self.targets: list[Target] = [DirectTarget(target, config) for target in config.targets]
-        self.targets += [StoreFleet(store, config, wall_clock) for store in config.store_targets]
+        self.targets += [StoreFleet(store_target, config, wall_clock) for store_target in config.store_targets]
         self.views: dict[str, ServerView] = {}  # server -> what the exporter shows of it (its status included)
         self.reports: dict[str, CycleReport] = {}
         self._lock = threading.Lock()
