@@ -1,13 +1,11 @@
 """The daemon's one validated config object: a YAML file, overridden by environment variables, then by flags.
 
-Every field is checked here; a typo or a bad value is an InputError naming the field (the CLI turns it into
-one line and exit code 2). Nothing reads a global: the object is passed to whoever needs it.
+Every field is checked here, against the bounds and hints all inputs share (`advisor.validate`); a typo or a
+bad value is an InputError naming the field (the CLI turns it into one line and exit code 2). Nothing reads a global: the object is passed to whoever needs it.
 """
 
 from __future__ import annotations
 
-import difflib
-import math
 import os
 import stat
 from collections.abc import Mapping
@@ -18,8 +16,9 @@ from urllib.parse import urlsplit
 
 from advisor.errors import InputError
 from advisor.recommend.engine import RecommenderSettings
-from advisor.scrub import redact_url, shown_value
+from advisor.scrub import redact_url
 from advisor.store_config import StoreTargetConfig, store_target_from_dict
+from advisor.validate import BOUNDS, check_fields, config_number, shown
 from advisor.yaml_loading import load_yaml
 
 ENV_PREFIX = "POOL_ADVISOR_"
@@ -83,81 +82,19 @@ _TOP_FIELDS = {f.name: f for f in fields(AdvisorConfig)}
 _TARGET_FIELDS = {f.name: f for f in fields(TargetConfig)}
 
 
-def _unknown(name: str, known: Any, where: str) -> InputError:
-    close = difflib.get_close_matches(name, list(known), n=1)
-    hint = f" (did you mean '{close[0]}'?)" if close else ""
-    return InputError(f"unknown field '{name}' in {where}{hint}")
-
-
-def _number(
-    value: Any, name: str, *, positive: bool = True, integer: bool = False,
-    low: float | None = None, high: float | None = None, unit: str = "",
-) -> float:
-    """A finite number within [low, high] (when given), else an InputError naming the field."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise InputError(f"field '{name}' must be a number, got {_shown(value)}")
-    try:
-        number = float(value)
-    except (ValueError, OverflowError):
-        raise InputError(f"field '{name}' must be a number, got {_shown(value)}") from None
-    if not math.isfinite(number):
-        raise InputError(f"field '{name}' must be a finite number, got {_shown(value)}")
-    if integer and number != int(number):
-        raise InputError(f"field '{name}' must be a whole number, got {_shown(value)}")
-    if positive and not number > 0:
-        raise InputError(f"field '{name}' must be > 0, got {_shown(value)}")
-    suffix = f" {unit}" if unit else ""
-    if low is not None and number < low:
-        raise InputError(f"field '{name}' must be >= {low:g}{suffix}, got {_shown(value)}")
-    if high is not None and number > high:
-        raise InputError(f"field '{name}' must be <= {high:g}{suffix}, got {_shown(value)}")
-    return number
-
-
-def _shown(value: Any) -> str:
-    """A value for an error message: a bounded repr, scrubbed (a config value may be huge or a secret)."""
-    return shown_value(value)
-
-
 def _string(value: Any, name: str) -> str:
     if not isinstance(value, str) or not value.strip():
-        raise InputError(f"field '{name}' must be a non-empty string, got {_shown(value)}")
+        raise InputError(f"field '{name}' must be a non-empty string, got {shown(value)}")
     if "\0" in value:
         raise InputError(f"field '{name}' must not contain a NUL character")
     return value
 
 
-def _check_keys(raw: dict[Any, Any], known: Any, where: str) -> None:
-    for key in raw:
-        if not isinstance(key, str):
-            raise InputError(f"field names in {where} must be strings, got {_shown(key)}")
-        if key not in known:
-            raise _unknown(key, known, where)
-
-
-# (low, high, unit) of every numeric field: a value outside is an InputError naming the field.
-_TOP_RANGES: dict[str, tuple[float, float, str]] = {
-    "interval_seconds": (0.05, 86400.0, "seconds"),
-    "timeout_seconds": (0.01, 3600.0, "seconds"),
-    "half_life_seconds": (1.0, 3.2e8, "seconds"),
-    "time_scale": (1e-3, 1e6, ""),
-    "state_bias": (0.0, 100.0, ""),
-    "replay_window_seconds": (60.0, 86400.0, "seconds"),
-    "replay_interval_seconds": (0.0, 86400.0, "seconds"),
-}
-_TOP_INTEGER_RANGES: dict[str, tuple[float, float, str]] = {
-    "server_info_every": (1, 1e6, "cycles"),
-    "stale_after_cycles": (1, 1e6, "cycles"),
-    "max_body_bytes": (1024, 1 << 34, "bytes"),
-    "max_line_bytes": (256, 1 << 30, "bytes"),
-    "max_labels_per_series": (1, 10_000, ""),
-    "max_series": (10, 1e8, ""),
-}
-_TARGET_RANGES: dict[str, tuple[float, float, str]] = {
-    "state_bytes_per_slot": (1.0, 1e12, "bytes"),
-    "kv_bytes_per_token": (1.0, 1e10, "bytes"),
-    "rest_gib": (1e-3, 1e5, "GiB"),
-}
+# The numeric fields of each mapping, checked against their bounds in advisor.validate.BOUNDS.
+_TOP_NUMBERS = ("interval_seconds", "timeout_seconds", "half_life_seconds", "time_scale", "state_bias",
+                "replay_window_seconds", "replay_interval_seconds", "server_info_every", "stale_after_cycles",
+                "max_body_bytes", "max_line_bytes", "max_labels_per_series", "max_series")
+_TARGET_NUMBERS = ("state_bytes_per_slot", "kv_bytes_per_token", "rest_gib")
 
 
 def _target(raw: Any, index: int, env: Mapping[str, str]) -> TargetConfig:
@@ -166,17 +103,17 @@ def _target(raw: Any, index: int, env: Mapping[str, str]) -> TargetConfig:
         raw = {"url": raw}
     if not isinstance(raw, dict):
         raise InputError(f"{where} must be a mapping with at least 'url'")
-    _check_keys(raw, list(_TARGET_FIELDS) + ["api_key_env"], where)
+    check_fields(raw, [*_TARGET_FIELDS, "api_key_env"], where)
     url = raw.get("url")
     if not isinstance(url, str) or not url.startswith(("http://", "https://")):
-        raise InputError(f"field '{where}.url' must be an http(s) URL, got {_shown(redact_url(str(url)))}")
+        raise InputError(f"field '{where}.url' must be an http(s) URL, got {shown(redact_url(str(url)))}")
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018 (raises ValueError for a port out of range)
     except ValueError:
-        raise InputError(f"field '{where}.url' is not a valid URL: {_shown(redact_url(url))}") from None
+        raise InputError(f"field '{where}.url' is not a valid URL: {shown(redact_url(url))}") from None
     if not parts.hostname:
-        raise InputError(f"field '{where}.url' has no host: {_shown(redact_url(url))}")
+        raise InputError(f"field '{where}.url' has no host: {shown(redact_url(url))}")
     api_key = raw.get("api_key")
     if api_key is not None:
         api_key = _string(api_key, f"{where}.api_key")
@@ -205,14 +142,14 @@ def _target(raw: Any, index: int, env: Mapping[str, str]) -> TargetConfig:
         # host[:port][/path] without any user:password@ (the name is shown everywhere: label, /status, logs)
         name = redact_url(url).split("://", 1)[1].rstrip("/")
     numbers = {}
-    for key, (low, high, unit) in _TARGET_RANGES.items():
+    for key in _TARGET_NUMBERS:
         if raw.get(key) is not None:
-            numbers[key] = _number(raw[key], f"{where}.{key}", low=low, high=high, unit=unit)
+            numbers[key] = config_number(raw[key], f"{where}.{key}", BOUNDS[key])
     if ("state_bytes_per_slot" in numbers) != ("kv_bytes_per_token" in numbers):
         raise InputError(f"fields '{where}.state_bytes_per_slot' and '{where}.kv_bytes_per_token' go together")
     skip_decode_lock = raw.get("skip_decode_lock")
     if skip_decode_lock is not None and not isinstance(skip_decode_lock, bool):
-        raise InputError(f"field '{where}.skip_decode_lock' must be true or false, got {_shown(skip_decode_lock)}")
+        raise InputError(f"field '{where}.skip_decode_lock' must be true or false, got {shown(skip_decode_lock)}")
     return TargetConfig(
         name=name, url=url.rstrip("/"), api_key=api_key, log_paths=tuple(logs),
         boot_log=boot_log, skip_decode_lock=skip_decode_lock, **numbers,
@@ -223,7 +160,7 @@ def config_from_dict(data: dict[str, Any], env: Mapping[str, str] | None = None)
     """Validate a config mapping; `env` (default: the process environment) resolves `api_key_env`."""
     if not isinstance(data, dict):
         raise InputError("advisor config must be a mapping")
-    _check_keys(data, _TOP_FIELDS, "advisor config")
+    check_fields(data, _TOP_FIELDS, "advisor config")
     raw_targets = data.get("targets") or []
     if not isinstance(raw_targets, list):
         raise InputError("field 'targets' must be a list")
@@ -236,12 +173,10 @@ def config_from_dict(data: dict[str, Any], env: Mapping[str, str] | None = None)
     if len(set(names)) != len(names):
         raise InputError(f"field 'targets': duplicate target name in {names}")
     values: dict[str, Any] = {"targets": targets, "store_targets": store_targets}
-    for key, (low, high, unit) in _TOP_RANGES.items():
+    for key in _TOP_NUMBERS:
         if data.get(key) is not None:
-            values[key] = _number(data[key], key, positive=key not in ("state_bias", "replay_interval_seconds"), low=low, high=high, unit=unit)
-    for key, (low, high, unit) in _TOP_INTEGER_RANGES.items():
-        if data.get(key) is not None:
-            values[key] = int(_number(data[key], key, integer=True, low=low, high=high, unit=unit))
+            number = config_number(data[key], key, BOUNDS[key])
+            values[key] = int(number) if BOUNDS[key].integer else number
     if data.get("listen") is not None:
         values["listen"] = _listen(data["listen"])
     if data.get("checkpoint_path") is not None:
@@ -262,11 +197,11 @@ def check_timing(config: AdvisorConfig) -> AdvisorConfig:
 
 def _listen(value: Any) -> str:
     if isinstance(value, bool) or not isinstance(value, (str, int)):
-        raise InputError(f"field 'listen' must be HOST:PORT, got {_shown(value)}")
+        raise InputError(f"field 'listen' must be HOST:PORT, got {shown(value)}")
     text = str(value)
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise InputError(f"field 'listen' must be HOST:PORT, got {_shown(value)}")
+        raise InputError(f"field 'listen' must be HOST:PORT, got {shown(value)}")
     return text if host else f"127.0.0.1:{port}"
 
 

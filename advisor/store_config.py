@@ -1,20 +1,21 @@
 """The config of a `kind: prometheus` target: one Prometheus-API store (Prometheus, Thanos, Mimir,
 VictoriaMetrics) standing for every SGLang server its selector matches. Validated like the rest of the
-daemon config (`advisor.config`): a typo or a bad value is an InputError naming the field.
+daemon config (`advisor.config`), with the same bounds and hints (`advisor.validate`): a typo or a bad value
+is an InputError naming the field.
 """
 
 from __future__ import annotations
 
-import difflib
 import string
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 from advisor.errors import InputError
-from advisor.estimate.history import DEFAULT_SERVER_LABELS
+from advisor.sources.fleet_queries import DEFAULT_SERVER_LABELS
 from advisor.sources.http import redact_url
 from advisor.sources.prometheus_store import StoreAuth, parse_duration, selector_matchers
+from advisor.validate import BOUNDS, check_fields, config_number
 
 DEFAULT_HISTORY_SECONDS = 6 * 3600.0  # six half-lives of the default estimator: older history weighs < 2%
 DEFAULT_SERVER_INFO_URL = "http://{instance}"
@@ -66,11 +67,7 @@ def _secret(raw: Mapping[str, Any], key: str, env: Mapping[str, str], where: str
 
 def store_target_from_dict(raw: Mapping[str, Any], where: str, env: Mapping[str, str]) -> StoreTargetConfig:
     """A `kind: prometheus` target mapping, validated."""
-    for key in raw:
-        if key not in _KEYS:
-            close = difflib.get_close_matches(str(key), sorted(_KEYS), n=1)
-            hint = f" (did you mean '{close[0]}'?)" if close else ""
-            raise InputError(f"unknown field '{key}' in {where}{hint}")
+    check_fields(dict(raw), _KEYS, where)
     url = raw.get("url")
     if not isinstance(url, str) or not url.startswith(("http://", "https://")):
         raise InputError(f"field '{where}.url' must be the store's http(s) URL, got {redact_url(str(url))!r}")
@@ -93,6 +90,8 @@ def store_target_from_dict(raw: Mapping[str, Any], where: str, env: Mapping[str,
                         ("forget_after_seconds", "forget_after_seconds"), ("timeout_seconds", "timeout_seconds")):
         if raw.get(key) is not None:
             values[target] = parse_duration(str(raw[key]), f"field '{where}.{key}'")
+    if "timeout_seconds" in values:
+        config_number(values["timeout_seconds"], f"{where}.timeout_seconds", BOUNDS["timeout_seconds"])
     template = raw.get("server_info_url", DEFAULT_SERVER_INFO_URL)
     template = "" if template is None else str(template)
     if template:
@@ -106,13 +105,7 @@ def store_target_from_dict(raw: Mapping[str, Any], where: str, env: Mapping[str,
     values["server_info_url"] = template
     values["server_api_key"] = _secret(raw, "server_api_key", env, where)
     if raw.get("assumed_ratio") is not None:
-        try:
-            ratio = float(raw["assumed_ratio"])
-        except (TypeError, ValueError):
-            ratio = -1.0
-        if not ratio > 0:
-            raise InputError(f"field '{where}.assumed_ratio' must be a number > 0, got {raw['assumed_ratio']!r}")
-        values["assumed_ratio"] = ratio
+        values["assumed_ratio"] = config_number(raw["assumed_ratio"], f"{where}.assumed_ratio", BOUNDS["assumed_ratio"])
     ca_file = raw.get("ca_file")
     values["auth"] = StoreAuth(
         bearer_token=_secret(raw, "bearer_token", env, where),

@@ -1,6 +1,8 @@
-"""What one /metrics scrape costs the advisor per fleet size: the first scrape after a publish (encode
-everything) and the next ones (per-server bytes cached, only the daemon's own metrics re-encoded), in
-text and OpenMetrics, with and without gzip. Prints one JSON object per fleet size.
+"""What one /metrics scrape costs the advisor per fleet size: the first scrape after a publish when the
+cycle's end has not rendered it (encode everything), the first one after the cycle's end rendered it, and the
+next ones (per-server bytes cached, only the daemon's own metrics re-encoded), in text and OpenMetrics, with
+and without gzip; and what the rendering at the cycle's end costs the daemon. Prints one JSON object per
+fleet size.
 
     python bench/exporter_scrape.py                 # 10, 100, 1000 servers
     python bench/exporter_scrape.py --servers 5000
@@ -18,8 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "export")
 
 from export_samples import drifted_status  # noqa: E402
 
-from advisor.export.collector import SnapshotStore  # noqa: E402
 from advisor.export.exposition import MetricsRenderer  # noqa: E402
+from advisor.export.snapshot import SnapshotStore  # noqa: E402
 
 OPENMETRICS = "application/openmetrics-text;version=1.0.0"
 
@@ -31,8 +33,10 @@ def _milliseconds(action, repeat: int) -> float:
     return (time.perf_counter() - started) / repeat * 1000
 
 
-def _one_format(store: SnapshotStore, statuses: list, accept: str, encoding: str, repeat: int) -> tuple[float, float, int]:
-    """(first scrape after a publish, cached scrape, body bytes) for one format."""
+def _one_format(store: SnapshotStore, statuses: list, accept: str, encoding: str,
+                repeat: int) -> tuple[float, float, float, float, int]:
+    """(first scrape after a publish, cycle-end render, first scrape after it, cached scrape, body bytes)."""
+    store = SnapshotStore()  # one renderer listening: the cycle end renders this format only
     renderer = MetricsRenderer(store)
     clock = iter(range(1, 10**9))
 
@@ -43,10 +47,16 @@ def _one_format(store: SnapshotStore, statuses: list, accept: str, encoding: str
         publish()
         renderer.render(accept, encoding, {})
 
+    def rendered_at_cycle_end() -> None:
+        publish()
+        store.cycle_ended()
+
     publish_alone = _milliseconds(publish, repeat)
     first = _milliseconds(first_after_publish, repeat) - publish_alone  # the last one leaves a warm cache
+    render = _milliseconds(rendered_at_cycle_end, repeat) - publish_alone
+    after_render = _milliseconds(lambda: renderer.render(accept, encoding, {}), 1)  # the first after the cycle end
     cached = _milliseconds(lambda: renderer.render(accept, encoding, {}), repeat)
-    return first, cached, len(renderer.render(accept, encoding, {})[1])
+    return first, render, after_render, cached, len(renderer.render(accept, encoding, {})[1])
 
 
 def measure(servers: int, repeat: int) -> dict[str, object]:
@@ -55,8 +65,10 @@ def measure(servers: int, repeat: int) -> dict[str, object]:
     result: dict[str, object] = {"servers": servers}
     for label, accept, encoding in (("text", "", ""), ("text_gzip", "", "gzip"), ("openmetrics", OPENMETRICS, ""),
                                     ("openmetrics_gzip", OPENMETRICS, "gzip")):
-        first, cached, size = _one_format(store, statuses, accept, encoding, repeat)
+        first, render, after_render, cached, size = _one_format(store, statuses, accept, encoding, repeat)
         result[f"{label}_first_ms"] = round(first, 1)
+        result[f"{label}_cycle_end_render_ms"] = round(render, 1)
+        result[f"{label}_first_after_cycle_end_ms"] = round(after_render, 2)
         result[f"{label}_cached_ms"] = round(cached, 2)
         result[f"{label}_bytes"] = size
     return result

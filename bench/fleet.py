@@ -25,7 +25,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs
 
-from advisor.estimate.history import RANK_FAMILIES, TOKENIZER_COUNTERS
+from advisor.sources.fleet_queries import RANK_FAMILIES, TOKENIZER_COUNTERS
 
 # SGLang 0.5.23's default token-histogram buckets (observables reference, prompt_tokens_histogram).
 BUCKETS = (100, 300, 500, 700, 1000, 1500, 2000, 3000, 4000, 5000, 6000, 7000, 8000, 9000, 10000, 12500, 15000,
@@ -189,7 +189,7 @@ def run_advisor(store_url: str, servers: int, history: str, cycles: int, interva
     for _ in range(cycles):
         sent = fleet.client.queries_sent
         started = time.monotonic()
-        statuses = fleet.cycle(time.time())
+        statuses = [result.status for result in fleet.cycle(time.time())]
         durations.append(time.monotonic() - started)
         queries.append(fleet.client.queries_sent - sent)
         decisions = {}

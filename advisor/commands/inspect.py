@@ -1,5 +1,5 @@
-"""`pool-advisor inspect`: run the sources once against a server (or saved files) and print what was observed:
-per-DP-rank pools and counters, the serving config, and the context-length distribution."""
+"""`pool-advisor inspect`: run the daemon's server cycle once against a server (or saved files) and print what
+was observed: per-DP-rank pools and counters, the serving config, and the context-length distribution."""
 
 from __future__ import annotations
 
@@ -9,17 +9,11 @@ import os
 import time
 from typing import Any
 
+from advisor.config import TargetConfig, config_from_dict
+from advisor.daemon.pipeline import ServerPipeline
+from advisor.daemon.targets import SavedFilesSource
 from advisor.errors import InputError
-from advisor.estimate.workload import EstimatorSettings, WorkloadEstimator
-from advisor.feeder import observed_clamp, server_model, serving_config_of
-from advisor.model.serving import ServingConfig
-from advisor.sources.bootlog import BootInfo
-from advisor.sources.http import HttpClient
-from advisor.sources.local_files import read_local_text
-from advisor.sources.loglines import LogLineParser, digest
-from advisor.sources.metrics import MetricsObservation, parse_metrics
-from advisor.sources.scrape import scrape_metrics, scrape_server_info
-from advisor.sources.server_info import ServerInfo, parse_server_info
+from advisor.feeder import observed_clamp
 
 
 def register(sub: Any) -> None:
@@ -34,57 +28,25 @@ def register(sub: Any) -> None:
     p.set_defaults(handler=run)
 
 
-MAX_INSPECT_FILE_BYTES = 1 << 30
-
-
-def _read(path: str, what: str) -> str:
-    return read_local_text(path, what, MAX_INSPECT_FILE_BYTES)  # a regular file only: a FIFO would hang
-
-
 def observe(args: argparse.Namespace) -> dict[str, Any]:
+    """One cycle of the daemon's server pipeline over the saved files (and the URL for what they do not give)."""
     if not (args.url or args.metrics_file or args.log_file or args.server_info_file):
         raise InputError("nothing to inspect: give --url, --metrics-file, --server-info-file or --log-file")
-    errors: list[str] = []
-    metrics: MetricsObservation | None = None
-    info: ServerInfo | None = None
-    boot: BootInfo | None = None
-    if args.metrics_file:
-        metrics = parse_metrics(_read(args.metrics_file, "metrics file"))
-    if args.server_info_file:
-        try:
-            info = parse_server_info(json.loads(_read(args.server_info_file, "server info file")))
-        except json.JSONDecodeError as exc:
-            raise InputError(f"server info file {args.server_info_file} is not JSON (line {exc.lineno})") from None
-        except RecursionError:
-            raise InputError(f"server info file {args.server_info_file} is nested too deeply") from None
-    if args.url:
-        with HttpClient(timeout_seconds=args.timeout, api_key=args.api_key) as client:
-            if metrics is None:
-                metrics, error = scrape_metrics(client, args.url)
-                if error:
-                    errors.append(f"metrics: {error}")
-            if info is None:
-                info, error = scrape_server_info(client, args.url)
-                if error:
-                    errors.append(f"server_info: {error}")
-
-    now = time.time()
-    estimator = WorkloadEstimator(EstimatorSettings())
-    parser = LogLineParser()
-    records = retractions = 0
-    for path in args.log_file:
-        # flush: a file that ends after the caps line (no `fired up` yet) still holds a whole boot block
-        found = digest(parser.feed(_read(path, "log file").splitlines()) + parser.flush(), source=path)
-        retractions += found.retracted_requests
-        errors.extend(f"logs: {error}" for error in found.errors)
-        boot = found.boot or boot
-        records += estimator.observe_requests(now, found.request_lengths)
-    context_source = "request_logs" if records else None
-    if not records and metrics is not None:
-        if estimator.observe_token_histograms(now, metrics.prompt_tokens_histogram, metrics.generation_tokens_histogram,
-                                              metrics.prompt_tokens_total, metrics.generation_tokens_total):
-            context_source = "metrics_histograms"
-    summary = estimator.summary(now)
+    # no what-if replay: inspect shows what was observed, not a recommendation
+    settings = config_from_dict({"targets": [], "timeout_seconds": args.timeout, "replay_interval_seconds": 0})
+    target = TargetConfig(name="inspect", url=args.url or "", api_key=args.api_key)
+    source = SavedFilesSource(metrics_file=args.metrics_file, server_info_file=args.server_info_file,
+                              log_files=tuple(args.log_file), url=target if args.url else None, config=settings)
+    pipeline = ServerPipeline(target, settings, source)
+    try:
+        result = pipeline.run(time.time())
+    finally:
+        pipeline.close()
+    report, status, known = result.report, result.status, result.view.model
+    metrics, info, boot, records = report.metrics, report.server_info, report.boot, report.request_records
+    errors = list(status.last_errors)
+    summary = status.workload
+    context_source = "request_logs" if records else ("metrics_histograms" if summary.requests_observed else None)
 
     ranks = []
     if metrics is not None:
@@ -134,13 +96,8 @@ def observe(args: argparse.Namespace) -> dict[str, Any]:
             "missing": pools.missing if pools is not None else None,
         }
     model: dict[str, Any] | None = None
-    if info is not None or boot is not None:
-        try:
-            serving = serving_config_of(info, boot)
-        except InputError as exc:
-            errors.append(f"boot_log: {exc}")
-            serving = ServingConfig()
-        known = server_model(serving, info, boot, metrics)
+    if (info is not None or boot is not None) and known is not None:
+        serving = known.serving
         model = {
             "strategy": serving.strategy,
             "mamba_full_memory_ratio": serving.mamba_full_memory_ratio,
@@ -163,7 +120,7 @@ def observe(args: argparse.Namespace) -> dict[str, Any]:
             "effective": summary.effective_context_length,
             "requests": summary.requests_observed,
         },
-        "log_retractions": retractions,
+        "log_retractions": report.log_retractions,
         "config": config,
         "model": model,
         "errors": errors,

@@ -30,6 +30,7 @@ from advisor.model.state_shapes import (
 )
 from advisor.sources.bootlog import BootInfo, read_boot_log
 from advisor.sources.hf_config import load_hf_config
+from advisor.validate import BOUNDS, check_in_bound
 
 
 def register(sub: Any) -> None:
@@ -58,45 +59,30 @@ def register(sub: Any) -> None:
     p.set_defaults(handler=run)
 
 
-# r* outside this range says the inputs are inconsistent (SGLang's own examples sit within 0.1..10).
-RATIO_LOW, RATIO_HIGH = 1e-4, 1e4
-# Every numeric flag: (flag, lowest, highest, unit). Outside -> one line naming the flag, exit 2.
-_FLAG_RANGES: dict[str, tuple[str, float, float, str]] = {
-    "context_length": ("--context-length", 1.0, 1e8, "tokens"),
-    "state_bytes_per_slot": ("--state-bytes-per-slot", 1.0, 1e12, "bytes"),
-    "kv_bytes_per_token": ("--kv-bytes-per-token", 1.0, 1e10, "bytes"),
-    "rest_gib": ("--rest-gib", 1e-3, 1e5, "GiB"),
-    "tp_size": ("--tp-size", 1, 4096, ""),
-    "pp_size": ("--pp-size", 1, 4096, ""),
-    "dcp_size": ("--dcp-size", 1, 4096, ""),
-    "page_size": ("--page-size", 1, 1 << 20, "tokens"),
-    "draft_tokens": ("--draft-tokens", 0, 4096, "tokens"),
-}
-
-
-def _in_range(value: float, what: str, low: float, high: float, unit: str) -> None:
-    suffix = f" {unit}" if unit else ""
-    if not math.isfinite(value) or not low <= value <= high:
-        raise InputError(f"{what} must be a finite number in [{low:g}, {high:g}]{suffix}, got {value:g}")
+# r* outside this range says the inputs are inconsistent (advisor.validate: SGLang's examples sit within 0.1..10).
+RATIO_LOW, RATIO_HIGH = BOUNDS["ratio"].low, BOUNDS["ratio"].high
+# Every numeric flag (its attribute, named as the config field it matches in advisor.validate.BOUNDS) -> the flag.
+_FLAGS = ("context_length", "state_bytes_per_slot", "kv_bytes_per_token", "rest_gib", "tp_size", "pp_size",
+          "dcp_size", "page_size", "draft_tokens")
 
 
 def check_ranges(args: argparse.Namespace) -> None:
-    """Every numeric flag given is finite and within its range (a message naming the flag otherwise)."""
-    for attribute, (flag, low, high, unit) in _FLAG_RANGES.items():
+    """Every numeric flag given is finite and within its bound (a message naming the flag otherwise)."""
+    for attribute in _FLAGS:
         value = getattr(args, attribute, None)
         if value is not None:
-            _in_range(float(value), flag, low, high, unit)
+            check_in_bound(float(value), "--" + attribute.replace("_", "-"), BOUNDS[attribute])
 
 
 def _check_boot(boot: BootInfo, constants: ByteConstants, rest: float | None) -> None:
     """What a boot log gave is as plausible as what a flag may give (a garbled log must not become advice)."""
-    _in_range(constants.state_bytes_per_slot, "the boot log's state bytes per slot", 1.0, 1e12, "bytes")
-    _in_range(constants.kv_bytes_per_token, "the boot log's KV bytes per token", 1.0, 1e10, "bytes")
+    check_in_bound(constants.state_bytes_per_slot, "the boot log's state bytes per slot", BOUNDS["state_bytes_per_slot"])
+    check_in_bound(constants.kv_bytes_per_token, "the boot log's KV bytes per token", BOUNDS["kv_bytes_per_token"])
     if rest is not None:
-        _in_range(rest / GIB, "the boot log's pool budget (rest)", 1e-3, 1e5, "GiB")
+        check_in_bound(rest / GIB, "the boot log's pool budget (rest)", BOUNDS["rest_gib"])
     mfs = boot.server_args.get("mem_fraction_static") if isinstance(boot.server_args, dict) else None
     if isinstance(mfs, (int, float)) and not isinstance(mfs, bool):
-        _in_range(float(mfs), "the boot log's mem_fraction_static", 1e-3, 1.0, "")
+        check_in_bound(float(mfs), "the boot log's mem_fraction_static", BOUNDS["mem_fraction_static"])
 
 
 def _boot_config(boot: BootInfo | None) -> ServingConfig:

@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
         now = time.time()
         if fleet.bootstrap(now) == 0 and fleet.last_error:
             raise InputError(f"cannot read the store: {fleet.last_error}")
-        statuses = fleet.cycle(now)
+        statuses = [result.status for result in fleet.cycle(now)]
         error = fleet.last_error
     finally:
         fleet.close()
@@ -94,7 +94,8 @@ def status_row(status: TargetStatus) -> dict[str, Any]:
         "predicted_gain_ratio": rec.predicted_gain_ratio if rec else None,
         "binding_pool_live": rec.binding_pool_live if rec else None,
         "flag_line": rec.flag_line if rec else None, "reason": rec.reason if rec else None,
-        "notes": list(rec.notes) if rec else [], "confidence": rec.confidence if rec else None,
+        "notes": list(rec.notes) if rec else [], "note_codes": list(rec.note_codes) if rec else [],
+        "confidence": rec.confidence if rec else None, "replay_source": rec.replay_source if rec else None,
         "effective_context_length": status.workload.effective_context_length,
         "requests_observed": status.workload.requests_observed, "history_seconds": status.workload.history_seconds,
         "state_pool_saturation_ratio": status.workload.state_pool_saturation_ratio,

@@ -1,14 +1,16 @@
-"""One target's cycle: scrape, follow logs, estimate, recommend (the VPA recommender's RunOnce, per server).
-
-The only place that sequences sources (I/O) and the pure rooms. Every failure is counted per source and kept as
-a one-line message; the last good estimate stays and is marked stale. Nothing here raises out of `cycle`.
+"""One server's cycle, however it is observed: read logs, take the metrics, refresh /server_info, estimate,
+recommend (the VPA recommender's RunOnce, per server). The I/O is the server's `ObservationSource`
+(advisor.daemon.targets: a direct scrape, or a store's share of one query set); the state kept across cycles
+and checkpointed is `ServerState`. Every failure is counted in the server's one `ErrorLedger`; the last good
+estimate stays and is marked stale. Nothing here raises out of `run`.
 """
 
 from __future__ import annotations
 
 import time
+from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from advisor.config import AdvisorConfig, TargetConfig
 from advisor.errors import InputError
@@ -16,6 +18,7 @@ from advisor.estimate.deltas import CounterTracker, ObservationDelta
 from advisor.estimate.steptime import StepTimeEstimator
 from advisor.estimate.traffic import TrafficEstimator, TrafficSettings
 from advisor.estimate.workload import EstimatorSettings, WorkloadEstimator
+from advisor.export.snapshot import HISTORY_POINTS, HistoryPoint, ServerView, history_point
 from advisor.feeder import (
     ByteOverrides,
     exact_requests,
@@ -41,15 +44,85 @@ from advisor.recommend.engine import (
 from advisor.recommend.replay import ReplayCurve, replay_curve
 from advisor.recommend.types import Recommendation
 from advisor.sources.bootlog import BootInfo, read_boot_log
-from advisor.sources.follow import LogFollower
-from advisor.sources.http import HttpClient
-from advisor.sources.loglines import LogLineParser, digest
-from advisor.sources.metrics import MetricsLimits, MetricsObservation
-from advisor.sources.scrape import scrape_metrics, scrape_server_info
+from advisor.sources.loglines import DecodeInterval, LogDigest, RequestRecord
+from advisor.sources.metrics import MetricsObservation
 from advisor.sources.server_info import ServerInfo
 from advisor.status import TargetStatus
 
-SOURCES = ("metrics", "server_info", "logs", "boot_log", "checkpoint", "internal")
+# Every source of error a server's ledger counts (each exported from the start, at 0).
+SOURCES = ("metrics", "server_info", "logs", "boot_log", "checkpoint", "internal", "deadline")
+
+
+class ErrorLedger:
+    """The one place a server's errors are counted: totals per source (sglang_advisor_scrape_errors_total,
+    checkpointed) and this cycle's one-line messages (`last_errors`)."""
+
+    def __init__(self) -> None:
+        self.totals: dict[str, int] = {source: 0 for source in SOURCES}
+        self.messages: list[str] = []
+
+    def count(self, source: str, message: str | None = None) -> None:
+        self.totals[source] = self.totals.get(source, 0) + 1
+        if message:
+            self.messages.append(f"{source}: {message}")
+
+    def begin_cycle(self) -> None:
+        self.messages = []
+
+    def restore(self, saved: object) -> None:
+        for source, count in dict(saved if isinstance(saved, dict) else {}).items():
+            if source in self.totals and isinstance(count, int):
+                self.totals[source] = count
+
+
+@dataclass
+class LogReading:
+    """What one cycle's new log lines gave (a source without logs gives an empty one)."""
+
+    request_lengths: list[tuple[int, int]] = field(default_factory=list)
+    requests: list[RequestRecord] = field(default_factory=list)  # the same requests with their times
+    decode_intervals: list[DecodeInterval] = field(default_factory=list)
+    retractions: int = 0
+    boot: BootInfo | None = None
+    errors: list[str] = field(default_factory=list)  # counted under source=logs
+
+    def add(self, found: LogDigest) -> None:
+        """What one batch of a log's lines gave (the latest boot block wins)."""
+        self.request_lengths.extend(found.request_lengths)
+        self.requests.extend(found.requests)
+        self.decode_intervals.extend(found.decode_intervals)
+        self.retractions += found.retracted_requests
+        self.errors.extend(found.errors)
+        if found.boot is not None:
+            self.boot = found.boot
+
+
+@dataclass
+class InfoAnswer:
+    """A /server_info answer: the info (possibly a stand-in), an error to count (even when a stand-in answered),
+    and a note (code, text) the recommendation carries while this answer stands."""
+
+    info: ServerInfo | None
+    error: str | None = None
+    note: tuple[str, str] | None = None
+
+
+class ObservationSource(Protocol):
+    """How one server is observed: the I/O half of its cycle."""
+
+    def read_logs(self) -> LogReading: ...
+
+    def fetch_metrics(self) -> tuple[MetricsObservation | None, str | None]: ...  # (None, None): none to give
+
+    def fetch_server_info(self, latest: MetricsObservation | None) -> InfoAnswer: ...  # info None, no error: none
+
+    def take_warnings(self) -> list[str]: ...  # what its reads noticed but read anyway (counted under metrics)
+
+    def state(self) -> dict[str, Any]: ...  # what it keeps across restarts (log offsets)
+
+    def restore(self, saved: dict[str, Any]) -> None: ...
+
+    def close(self) -> None: ...
 
 
 @dataclass
@@ -63,168 +136,210 @@ class CycleReport:
     request_records: int = 0
     log_retractions: int = 0
     errors: list[str] = field(default_factory=list)
-    step_seconds: dict[str, float] = field(default_factory=dict)  # logs, metrics, server_info, recommend
+    step_seconds: dict[str, float] = field(default_factory=dict)  # logs, metrics, server_info, recommend, target
 
 
-class TargetPipeline:
-    def __init__(self, target: TargetConfig, config: AdvisorConfig) -> None:
+@dataclass
+class ServerResult:
+    """One server's cycle: its status, what the cycle saw, and what the exporter shows of it."""
+
+    status: TargetStatus
+    report: CycleReport
+    view: ServerView
+
+
+class ServerState:
+    """What one server's cycles learn and the checkpoint keeps: the workload estimate, the traffic and step times
+    the what-if replay replays, the error totals, whether request logs feed it, the last success."""
+
+    def __init__(self, settings: EstimatorSettings, traffic: TrafficSettings) -> None:
+        self.settings = settings
+        self.estimator = WorkloadEstimator(settings)
+        self.traffic = TrafficEstimator(traffic)
+        self.step_time = StepTimeEstimator(settings.half_life_seconds)
+        self.ledger = ErrorLedger()
+        self.uses_request_logs = False
+        self.last_success: float | None = None
+        self.restored = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "estimator": self.estimator.to_dict(),
+            "traffic": self.traffic.to_dict(),
+            "step_time": self.step_time.to_dict(),
+            "uses_request_logs": self.uses_request_logs,
+            "errors_total": dict(self.ledger.totals),
+            "last_success": self.last_success,
+        }
+
+    def restore(self, saved: dict[str, Any], name: str) -> bool:
+        """Take a checkpoint entry; False (counted, starting cold) when its estimator is unusable."""
+        try:
+            estimator = WorkloadEstimator.from_dict(saved["estimator"], self.settings)
+        except (KeyError, TypeError, ValueError) as exc:
+            self.ledger.count("checkpoint", f"checkpoint for {name} unusable ({exc}); starting cold")
+            return False
+        self.estimator = estimator
+        try:
+            if "traffic" in saved:
+                self.traffic = TrafficEstimator.from_dict(saved["traffic"])
+            if "step_time" in saved:
+                self.step_time = StepTimeEstimator.from_dict(saved["step_time"])
+        except (KeyError, TypeError, ValueError) as exc:
+            self.ledger.count("checkpoint", f"checkpoint for {name}: replay inputs unusable ({exc}); relearning them")
+        self.uses_request_logs = bool(saved.get("uses_request_logs", False))
+        self.ledger.restore(saved.get("errors_total", {}))
+        if isinstance(saved.get("last_success"), (int, float)):
+            self.last_success = float(saved["last_success"])
+        self.restored = True
+        return True
+
+
+class ServerPipeline:
+    """One SGLang server's cycle over its observation source; the same for every way of observing it."""
+
+    def __init__(self, target: TargetConfig, config: AdvisorConfig, source: ObservationSource) -> None:
         self.target = target
         self.config = config
-        self.client = HttpClient(timeout_seconds=config.timeout_seconds, api_key=target.api_key,
-                                 max_body_bytes=config.max_body_bytes)
-        self.metrics_limits = MetricsLimits(config.max_line_bytes, config.max_labels_per_series, config.max_series)
-        self.counters = CounterTracker()  # honest deltas across restarts and a URL flipping between servers
-        self.estimator_settings = EstimatorSettings(half_life_seconds=config.half_life_seconds)
+        self.source = source
+        self.server_state = ServerState(EstimatorSettings(half_life_seconds=config.half_life_seconds),
+                                        TrafficSettings(window_seconds=config.replay_window_seconds))
         self.recommender_settings = RecommenderSettings(state_bias=config.state_bias)
-        self.estimator = WorkloadEstimator(self.estimator_settings)
-        self.traffic = TrafficEstimator(TrafficSettings(window_seconds=config.replay_window_seconds))
-        self.step_time = StepTimeEstimator(config.half_life_seconds)
+        self.counters = CounterTracker()  # honest deltas across restarts and a URL flipping between servers
+        self.previous: MetricsObservation | None = None
+        self.server_info: ServerInfo | None = None
+        self.info_note: tuple[str, str] | None = None
+        self.boot: BootInfo | None = None
+        self.cycles = 0
+        self.consecutive_failures = 0
+        self.last_recommendation: Recommendation | None = None
+        self.history: deque[HistoryPoint] = deque(maxlen=HISTORY_POINTS)  # what `/` draws of past cycles
+        self.info_due = True
         self.uses_decode_lines = False
         self.replay_result: ReplayCurve | None = None
         self.replay_time: float | None = None
         self.last_scrape_now: float | None = None  # when the previous good scrape was taken (advisor clock)
-        self.followers = [LogFollower(path, max_line_bytes=config.max_line_bytes) for path in target.log_paths]
-        self.log_parser = LogLineParser()
-        self.previous: MetricsObservation | None = None
-        self.server_info: ServerInfo | None = None
-        self.boot: BootInfo | None = None
-        self.uses_request_logs = False
-        self.restored = False
-        self.cycles = 0
-        self.consecutive_failures = 0
-        self.last_success: float | None = None
-        self.errors_total: dict[str, int] = {source: 0 for source in SOURCES}
-        self.last_errors: list[str] = []
-        self.last_recommendation: Recommendation | None = None
-        self.info_due = True
         self._serving_error = ""
         if target.boot_log:
             try:
                 self.boot = read_boot_log(target.boot_log)
             except InputError as exc:
-                self._error("boot_log", str(exc))
+                self.ledger.count("boot_log", str(exc))
+
+    @property
+    def name(self) -> str:
+        return self.target.name
+
+    # The parts of the state every caller reads.
+    @property
+    def ledger(self) -> ErrorLedger:
+        return self.server_state.ledger
+
+    @property
+    def errors_total(self) -> dict[str, int]:
+        return self.server_state.ledger.totals
+
+    @property
+    def estimator(self) -> WorkloadEstimator:
+        return self.server_state.estimator
 
     # -- checkpoint -----------------------------------------------------------------------------------
 
     def state(self) -> dict[str, Any]:
-        return {
-            "estimator": self.estimator.to_dict(),
-            "traffic": self.traffic.to_dict(),
-            "step_time": self.step_time.to_dict(),
-            "followers": {f.path: f.state() for f in self.followers},
-            "uses_request_logs": self.uses_request_logs,
-            "errors_total": dict(self.errors_total),
-            "last_success": self.last_success,
-        }
+        return {**self.server_state.to_dict(), "followers": self.source.state()}
 
-    def restore(self, state: dict[str, Any]) -> None:
-        try:
-            estimator = WorkloadEstimator.from_dict(state["estimator"], self.estimator_settings)
-        except (KeyError, TypeError, ValueError) as exc:
-            self._error("checkpoint", f"checkpoint for {self.target.name} unusable ({exc}); starting cold")
+    def restore(self, saved: dict[str, Any]) -> None:
+        if not self.server_state.restore(saved, self.name):
             return
-        self.estimator = estimator
-        try:
-            if "traffic" in state:
-                self.traffic = TrafficEstimator.from_dict(state["traffic"])
-            if "step_time" in state:
-                self.step_time = StepTimeEstimator.from_dict(state["step_time"])
-        except (KeyError, TypeError, ValueError) as exc:
-            self._error("checkpoint", f"checkpoint for {self.target.name}: replay inputs unusable ({exc}); relearning them")
-        for follower in self.followers:
-            saved = state.get("followers", {}).get(follower.path)
-            if isinstance(saved, dict):
-                follower.restore(saved)
-        self.uses_request_logs = bool(state.get("uses_request_logs", False))
-        for source, count in dict(state.get("errors_total", {})).items():
-            if source in self.errors_total and isinstance(count, int):
-                self.errors_total[source] = count
-        if isinstance(state.get("last_success"), (int, float)):
-            self.last_success = float(state["last_success"])
-        self.restored = True
+        followers = saved.get("followers", {})
+        self.source.restore(followers if isinstance(followers, dict) else {})
 
     # -- the cycle ------------------------------------------------------------------------------------
 
-    def _error(self, source: str, message: str) -> None:
-        self.errors_total[source] = self.errors_total.get(source, 0) + 1
-        self.last_errors.append(f"{source}: {message}")
+    def run(self, now: float) -> ServerResult:
+        """One cycle; a bug in it is counted (source=internal) and shown as down, never raised."""
+        started = time.monotonic()
+        try:
+            status, report, model = self._cycle(now)
+        except Exception as exc:
+            self.ledger.count("internal", f"cycle failed: {type(exc).__name__}: {exc}")
+            status = TargetStatus(server=self.name, up=False, last_errors=list(self.ledger.messages),
+                                  scrape_errors_total=dict(self.ledger.totals))
+            report, model = CycleReport(errors=list(self.ledger.messages)), None
+        seconds = time.monotonic() - started
+        status.last_cycle_duration_seconds = seconds
+        report.step_seconds["target"] = seconds
+        self.history.append(history_point(status.recommendation, now))
+        try:
+            weights: tuple[float, ...] | None = tuple(float(w) for w in self.estimator.request_context.weights)
+        except Exception:  # page data is optional: never let it cost the cycle
+            weights = None
+        view = ServerView(status=status, model=model, context_weights=weights, history=tuple(self.history))
+        return ServerResult(status=status, report=report, view=view)
 
-    def cycle(self, now: float) -> tuple[TargetStatus, CycleReport]:
+    def _cycle(self, now: float) -> tuple[TargetStatus, CycleReport, ServerModel]:
         started = time.monotonic()
         self.cycles += 1
-        self.last_errors = []
+        self.ledger.begin_cycle()
         report = CycleReport()
         self._read_logs(now, report)
         step = time.monotonic()
         report.step_seconds["logs"] = step - started
-        scraped = self._scrape(now, report)
+        scraped = self._take_metrics(now, report)
         report.step_seconds["metrics"] = time.monotonic() - step
         if scraped:
             self.consecutive_failures = 0
-            self.last_success = now
+            self.server_state.last_success = now
         else:
             self.consecutive_failures += 1
         if self.info_due or self.cycles % max(1, self.config.server_info_every) == 0:
             step = time.monotonic()
-            self._refresh_server_info(report)
+            self._refresh_server_info()
             report.step_seconds["server_info"] = time.monotonic() - step
         report.server_info = self.server_info
         report.boot = self.boot
-        report.errors = list(self.last_errors)
+        report.errors = list(self.ledger.messages)
         step = time.monotonic()
-        status = self._status(now)
+        status, model = self._status(now)
         report.step_seconds["recommend"] = time.monotonic() - step
-        status.last_cycle_duration_seconds = time.monotonic() - started
-        return status, report
+        return status, report, model
+
+    def server_info_due_next(self) -> bool:
+        """Whether the next cycle (or replayed sample) asks /server_info."""
+        return self.info_due or (self.cycles + 1) % max(1, self.config.server_info_every) == 0
+
+    def feed_history(self, now: float) -> None:
+        """Take one historical sample from the source (a store's replay): the metrics, and /server_info when
+        none is known yet; no logs, no recommendation, no errors shown."""
+        if self.server_info is None and self.info_due:
+            self._refresh_server_info()
+        self._take_metrics(now, CycleReport())
+        self.server_state.last_success = now
+        self.ledger.begin_cycle()
 
     def _read_logs(self, now: float, report: CycleReport) -> None:
-        lengths: list[tuple[int, int]] = []
-        for follower in self.followers:
-            cut = follower.cut_lines
-            try:
-                lines = follower.read_lines()
-            except OSError as exc:
-                self._error("logs", f"{follower.path}: {exc.strerror or exc}")
-                continue
-            if follower.cut_lines > cut:
-                self._error("logs", f"{follower.path}: {follower.cut_lines - cut} line(s) longer than "
-                                    f"max_line_bytes={follower.max_line_bytes} cut")
-            bad_before, abandoned_before = self.log_parser.bad_request_lines, self.log_parser.abandoned_boot_blocks
-            found = digest(self.log_parser.feed(lines), source=follower.path)
-            if self.log_parser.abandoned_boot_blocks > abandoned_before:  # never finished, or over its line/byte cap
-                self._error("logs", f"{follower.path}: boot block given up (no caps line; superseded or too long)")
-            # request-log lines that gave no record (the parser counts them): skipped, counted, the rest kept
-            bad = self.log_parser.bad_request_lines - bad_before
-            if bad > 0:
-                self._error("logs", f"{follower.path}: {bad} unreadable request-log line(s) skipped")
-            lengths.extend(found.request_lengths)
-            self.traffic.observe_requests(exact_requests(found.requests, self.config.time_scale))
-            if found.decode_intervals:
-                self.uses_decode_lines = True
-                self.step_time.observe(now, step_samples_from_log(found.decode_intervals))
-            report.log_retractions += found.retracted_requests
-            for error in found.errors:
-                self._error("logs", error)
-            if found.boot is not None:
-                self.boot = found.boot
-                self.info_due = True
-        if lengths:
-            self.uses_request_logs = True
-            report.request_records = self.estimator.observe_requests(now, lengths)
+        reading = self.source.read_logs()
+        for error in reading.errors:
+            self.ledger.count("logs", error)
+        report.log_retractions += reading.retractions
+        self.server_state.traffic.observe_requests(exact_requests(reading.requests, self.config.time_scale))
+        if reading.decode_intervals:
+            self.uses_decode_lines = True
+            self.server_state.step_time.observe(now, step_samples_from_log(reading.decode_intervals))
+        if reading.boot is not None:
+            self.boot = reading.boot
+            self.info_due = True
+        if reading.request_lengths:
+            self.server_state.uses_request_logs = True
+            report.request_records = self.estimator.observe_requests(now, reading.request_lengths)
 
-    def fetch_metrics(self) -> tuple[MetricsObservation | None, str | None]:
-        """This cycle's observation (a store-fed pipeline overrides this and `fetch_server_info`)."""
-        return scrape_metrics(self.client, self.target.url, self.metrics_limits)
-
-    def fetch_server_info(self) -> tuple[ServerInfo | None, str | None]:
-        return scrape_server_info(self.client, self.target.url)
-
-    def _scrape(self, now: float, report: CycleReport) -> bool:
-        observation, error = self.fetch_metrics()
-        for warning in self.client.take_warnings():  # read, but not as declared (an unusable charset): counted
-            self._error("metrics", warning)
+    def _take_metrics(self, now: float, report: CycleReport) -> bool:
+        observation, error = self.source.fetch_metrics()
+        for warning in self.source.take_warnings():  # read, but not as declared (an unusable charset): counted
+            self.ledger.count("metrics", warning)
         if observation is None:
-            self._error("metrics", error or "no observation")
+            if error is not None:  # (None, None): the source has no metrics to give, which is no failure
+                self.ledger.count("metrics", error)
             return False
         interval = now - self.last_scrape_now if self.last_scrape_now is not None else None
         self.last_scrape_now = now
@@ -235,24 +350,26 @@ class TargetPipeline:
         if delta.restarted:
             self.info_due = True
         # The first scrape after a checkpoint restore is only a baseline: its lifetime totals were seen before.
-        if first and self.restored:
+        if first and self.server_state.restored:
             return True
-        if not self.uses_request_logs:
+        if not self.server_state.uses_request_logs:
             self.estimator.observe_token_histograms(now, delta.prompt_tokens_histogram, delta.generation_tokens_histogram)
         clamp = observed_clamp(self.server_info, self.boot, len(observation.ranks))
         sample = scrape_sample(observation, delta, clamp=clamp, log_retractions=report.log_retractions, baseline=first)
         self.estimator.observe_scrape(now, sample)
-        observe_traffic_interval(self.traffic, now, delta, sample)
+        observe_traffic_interval(self.server_state.traffic, now, delta, sample)
         if not self.uses_decode_lines:
-            self.step_time.observe(now, step_samples_from_metrics(observation))
+            self.server_state.step_time.observe(now, step_samples_from_metrics(observation))
         return True
 
-    def _refresh_server_info(self, report: CycleReport) -> None:
-        info, error = self.fetch_server_info()
-        if info is None:
-            self._error("server_info", error or "no server info")
+    def _refresh_server_info(self) -> None:
+        answer = self.source.fetch_server_info(self.previous)
+        if answer.error:
+            self.ledger.count("server_info", answer.error)
+        if answer.info is None:
             return
-        self.server_info = info
+        self.server_info = answer.info
+        self.info_note = answer.note
         self.info_due = False
 
     # -- the model and the recommendation -------------------------------------------------------------
@@ -262,7 +379,7 @@ class TargetPipeline:
             serving = serving_config_of(self.server_info, self.boot)
         except InputError as exc:
             if str(exc) != self._serving_error:  # count a bad boot-log server_args once, not every cycle
-                self._error("boot_log", str(exc))
+                self.ledger.count("boot_log", str(exc))
             self._serving_error = str(exc)
             serving = ServingConfig()
         if self.target.skip_decode_lock is not None:
@@ -270,7 +387,7 @@ class TargetPipeline:
         overrides = ByteOverrides(self.target.state_bytes_per_slot, self.target.kv_bytes_per_token, self.target.rest_gib)
         return server_model(serving, self.server_info, self.boot, self.previous, overrides)
 
-    def _status(self, now: float) -> TargetStatus:
+    def _status(self, now: float) -> tuple[TargetStatus, ServerModel]:
         stale = self.consecutive_failures >= self.config.stale_after_cycles
         model = self.server_model()
         picture = WorkloadPicture(
@@ -283,8 +400,10 @@ class TargetPipeline:
             previous = self.last_recommendation.decision if self.last_recommendation else None
             rec = recommend(model, picture, self.recommender_settings, inputs_stale=stale, previous_decision=previous)
         except (ValueError, ZeroDivisionError) as exc:
-            self._error("internal", f"recommendation failed: {exc}")
+            self.ledger.count("internal", f"recommendation failed: {exc}")
             rec = Recommendation(decision="insufficient_data", reason=f"cannot compute: {exc}")
+        if self.info_note is not None:
+            rec.add_note(*self.info_note)
         self.last_recommendation = rec
         serving = model.serving
         info = {
@@ -294,22 +413,22 @@ class TargetPipeline:
             "kv_dtype": serving.kv_cache_dtype or "auto",
             "tp": str(serving.tp_size), "dp": str(serving.dp_size), "pp": str(serving.pp_size), "dcp": str(serving.dcp_size),
         }
-        model_name = model_name_of(self.server_info, self.previous)
-        return TargetStatus(
-            server=self.target.name,
-            model_name=model_name,
-            up=self.consecutive_failures == 0 and self.last_success is not None,
+        status = TargetStatus(
+            server=self.name,
+            model_name=model_name_of(self.server_info, self.previous),
+            up=self.consecutive_failures == 0 and self.server_state.last_success is not None,
             stale=stale,
-            last_success_timestamp=self.last_success,
+            last_success_timestamp=self.server_state.last_success,
             info=info,
             workload=picture.summary,
             recommendation=rec,
-            scrape_errors_total=dict(self.errors_total),
-            last_errors=list(self.last_errors),
+            scrape_errors_total=dict(self.ledger.totals),
+            last_errors=list(self.ledger.messages),
             restarts_total=self.counters.restarts_total,
             last_restart_timestamp=self.counters.last_restart_timestamp,
             last_restart_reason=self.counters.last_restart_reason,
         )
+        return status, model
 
     def _replay(self, now: float, model: ServerModel, picture: WorkloadPicture) -> ReplayCurve | None:
         """The what-if replay's curve: recomputed every replay_interval_seconds, reused in between."""
@@ -319,20 +438,21 @@ class TargetPipeline:
         if self.replay_time is not None and now - self.replay_time < interval and self.replay_result is not None:
             return self.replay_result
         prior = prior_ratio(model, picture, self.recommender_settings)
-        fit = self.step_time.fit(model.serving.draft_tokens if spec_enabled(model.serving) else 0)
-        traffic = self.traffic.picture(seed=self.cycles)
+        step_time = self.server_state.step_time
+        fit = step_time.fit(model.serving.draft_tokens if spec_enabled(model.serving) else 0)
+        traffic = self.server_state.traffic.picture(seed=self.cycles)
         if prior is None or traffic is None:
             return self.replay_result
-        server = scheduler_server(model, self.boot, fit.cost if fit else self.step_time.prior)
+        server = scheduler_server(model, self.boot, fit.cost if fit else step_time.prior)
         if server is None:
             return self.replay_result
         try:
             self.replay_result = replay_curve(server, traffic, prior_ratio=prior, live_ratio=live_ratio_of(model))
         except (ValueError, ZeroDivisionError) as exc:
-            self._error("internal", f"replay failed: {exc}")
+            self.ledger.count("internal", f"replay failed: {exc}")
             return self.replay_result
         self.replay_time = now
         return self.replay_result
 
     def close(self) -> None:
-        self.client.close()
+        self.source.close()

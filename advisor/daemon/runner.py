@@ -1,8 +1,9 @@
 """The daemon: APScheduler in the main thread runs one cycle job (all targets, no overlap, coalesced misfires);
-targets run side by side on daemon threads so one that never answers cannot delay the others (a target still
-busy when its cycle's time is up is abandoned for that cycle, counted under source=deadline and shown as down);
-each result is published to the exporter as soon as it is ready; the checkpoint is written atomically after
-every cycle and on shutdown. SIGTERM wakes the cycle wait at once: nothing left running keeps the process.
+targets (a direct server, or a store's fleet: advisor.daemon.targets) run side by side on daemon threads so one
+that never answers cannot delay the others (a target still busy when its cycle's time is up is abandoned for
+that cycle: each of its servers is counted under source=deadline and shown as down); each target's results are
+published to the exporter as soon as they are ready; the checkpoint is written atomically after every cycle
+and on shutdown, and the exporter renders the cycle's exposition when it ends. SIGTERM wakes the cycle wait at once: nothing left running keeps the process.
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ from typing import Any
 
 from advisor.config import AdvisorConfig
 from advisor.daemon.checkpoint import read_checkpoint, write_checkpoint
-from advisor.daemon.pipeline import CycleReport, TargetPipeline
+from advisor.daemon.pipeline import CycleReport, ServerPipeline
 from advisor.daemon.store_targets import StoreFleet
-from advisor.export.collector import SnapshotStore
+from advisor.daemon.targets import DirectTarget, Target
+from advisor.export.snapshot import ServerView, SnapshotStore
 from advisor.status import TargetStatus
 
 log = logging.getLogger("pool_advisor")
@@ -35,19 +37,34 @@ class Advisor:
         self._wall_clock = wall_clock
         self._wall_start = wall_clock()
         self._time_base = self._wall_start  # advisor time at _wall_start
-        self.pipelines = [TargetPipeline(target, config) for target in config.targets]
-        self.fleets = [StoreFleet(store, config, wall_clock) for store in config.store_targets]
-        self.fleet_latest: dict[str, list[TargetStatus]] = {}  # store name -> its servers' statuses
-        self.latest: dict[str, TargetStatus] = {}
+        self.targets: list[Target] = [DirectTarget(target, config) for target in config.targets]
+        self.targets += [StoreFleet(store_target, config, wall_clock) for store_target in config.store_targets]
+        self.views: dict[str, ServerView] = {}  # server -> what the exporter shows of it (its status included)
         self.reports: dict[str, CycleReport] = {}
         self._lock = threading.Lock()
         self._done = threading.Condition()  # notified when a target's task ends, and on stop
         self._stopping = threading.Event()
         self._busy: dict[str, _Task] = {}
-        self._snapshots: dict[str, Any] = {}  # target name -> its state() taken when its last cycle ended
-        self._loaded: dict[str, Any] = {}  # target name -> its entry in the checkpoint read at start
-        for pipeline in self.pipelines:
-            pipeline.errors_total.setdefault("deadline", 0)
+        self._snapshots: dict[str, Any] = {}  # server -> its state() taken when its last cycle ended
+        self._loaded: dict[str, Any] = {}  # server -> its entry in the checkpoint read at start
+
+    @property
+    def latest(self) -> dict[str, TargetStatus]:
+        """Every shown server's last status."""
+        with self._lock:
+            return {name: view.status for name, view in self.views.items()}
+
+    @property
+    def pipelines(self) -> list[ServerPipeline]:
+        """The directly read servers' pipelines, in configuration order."""
+        return [target.pipeline for target in self.targets if isinstance(target, DirectTarget)]
+
+    @property
+    def fleets(self) -> list[StoreFleet]:
+        return [target for target in self.targets if isinstance(target, StoreFleet)]
+
+    def _checkpointed(self) -> list[ServerPipeline]:
+        return [server for target in self.targets if target.checkpointed for server in target.servers()]
 
     def now(self) -> float:
         """Advisor time: the wall clock, optionally running `time_scale` times faster (demo, bench)."""
@@ -62,8 +79,8 @@ class Advisor:
             return None
         state, problem = read_checkpoint(path, now=self._wall_clock())
         if problem:
-            for pipeline in self.pipelines:
-                pipeline.errors_total["checkpoint"] += 1
+            for server in self._checkpointed():
+                server.ledger.count("checkpoint")
             log.warning("%s", problem)
         if state:
             saved_at = state.get("saved_at")
@@ -73,16 +90,16 @@ class Advisor:
             targets = state.get("targets")
             if not isinstance(targets, dict):
                 targets = {}
-            for pipeline in self.pipelines:
-                saved = targets.get(pipeline.target.name)
+            for server in self._checkpointed():
+                saved = targets.get(server.name)
                 if not isinstance(saved, dict):
                     continue
-                self._loaded[pipeline.target.name] = saved
+                self._loaded[server.name] = saved
                 try:
-                    pipeline.restore(saved)
+                    server.restore(saved)
                 except Exception as exc:  # a well-formed file with the wrong shapes inside: start this one cold
-                    pipeline.errors_total["checkpoint"] += 1
-                    log.warning("checkpoint entry of %s unusable (%s); starting cold", pipeline.target.name,
+                    server.ledger.count("checkpoint")
+                    log.warning("checkpoint entry of %s unusable (%s); starting cold", server.name,
                                 type(exc).__name__)
         return problem
 
@@ -90,103 +107,99 @@ class Advisor:
         path = self.config.checkpoint_path
         if not path:
             return
-        targets: dict[str, Any] = {}
+        saved: dict[str, Any] = {}
         with self._lock:
-            for pipeline in self.pipelines:
-                saved = self._target_state(pipeline)
-                if saved is not None:
-                    targets[pipeline.target.name] = saved
-            state = {"saved_at": self.now(), "targets": targets}
+            for target in self.targets:
+                if not target.checkpointed:
+                    continue
+                idle = target.name not in self._busy or self._busy[target.name].done()
+                for server in target.servers():
+                    entry = self._server_state(server, idle)
+                    if entry is not None:
+                        saved[server.name] = entry
+            state = {"saved_at": self.now(), "targets": saved}
         try:
             write_checkpoint(path, state)
         except OSError as exc:
             log.warning("cannot write checkpoint %s: %s", path, exc.strerror or exc)
-            for pipeline in self.pipelines:
-                pipeline.errors_total["checkpoint"] += 1
+            for server in self._checkpointed():
+                server.ledger.count("checkpoint")
 
-    def _target_state(self, pipeline: TargetPipeline) -> Any:
-        """A pipeline's state for the checkpoint: fresh when it is idle, else the snapshot its last cycle left
-        (never read a state a running cycle is changing), else what the checkpoint held at start."""
-        name = pipeline.target.name
-        task = self._busy.get(name)
-        if task is None or task.done():
+    def _server_state(self, server: ServerPipeline, idle: bool) -> Any:
+        """A server's state for the checkpoint: fresh when its target is idle, else the snapshot its last cycle
+        left (never read a state a running cycle is changing), else what the checkpoint held at start."""
+        if idle:
             try:
-                return pipeline.state()
-            except Exception:  # a state that cannot be taken must not cost the other targets their checkpoint
-                log.exception("state of %s could not be taken", name)
-        return self._snapshots.get(name, self._loaded.get(name))
+                return server.state()
+            except Exception:  # a state that cannot be taken must not cost the other servers their checkpoint
+                log.exception("state of %s could not be taken", server.name)
+        return self._snapshots.get(server.name, self._loaded.get(server.name))
 
     # -- cycles ---------------------------------------------------------------------------------------
 
-    def _run_one(self, pipeline: TargetPipeline) -> None:
-        started = time.monotonic()
+    def _run_target(self, target: Target) -> None:
+        """One target's cycle on its own thread: every server it stands for, then one publish."""
         try:
-            status, report = pipeline.cycle(self.now())
-        except Exception as exc:  # a bug in one target's cycle must not kill the daemon
-            log.exception("cycle of %s failed", pipeline.target.name)
-            pipeline.errors_total["internal"] += 1
-            status = TargetStatus(server=pipeline.target.name, up=False, last_errors=[f"internal error: {exc}"],
-                                  scrape_errors_total=dict(pipeline.errors_total))
-            report = CycleReport(errors=[str(exc)])
-        self._record_page_data(pipeline, status, report, time.monotonic() - started)
-        try:
-            snapshot = pipeline.state()
-        except Exception:
-            snapshot = None
+            results = target.cycle(self.now())
+        except Exception:  # a bug in a target (not in one server's cycle) must not kill the daemon
+            log.exception("cycle of %s failed", target.name)
+            for server in target.servers():
+                server.ledger.count("internal", "target cycle failed")
+            results = []
+        snapshots = {}
+        if target.checkpointed:
+            for server in target.servers():
+                try:
+                    snapshots[server.name] = server.state()
+                except Exception:
+                    pass
         with self._lock:
-            if snapshot is not None:
-                self._snapshots[pipeline.target.name] = snapshot
-            self.latest[pipeline.target.name] = status
-            self.reports[pipeline.target.name] = report
-            self.store.publish(self._statuses(), self.now())
+            self._snapshots.update(snapshots)
+            for result in results:
+                name = result.status.server
+                self.views[name], self.reports[name] = result.view, result.report
+            self._forget_gone()
+            self._publish()
+        for result in results:
+            self.store.observe_steps(result.report.step_seconds)
 
-    def _record_page_data(self, pipeline: TargetPipeline, status: TargetStatus, report: CycleReport,
-                          seconds: float) -> None:
-        """The exporter's extras: what the landing page draws (pool model, context histogram, history)
-        and the step timings (the pipeline's own when it reports them, plus the whole target)."""
-        steps = dict(getattr(report, "step_seconds", None) or {})
-        steps["target"] = seconds
-        try:
-            model = pipeline.server_model()
-            weights = pipeline.estimator.request_context.weights.tolist()
-        except Exception:  # page data is optional: never let it cost the cycle
-            model, weights = None, None
-        self.store.record_cycle(status, self.now(), model=model, context_weights=weights, step_seconds=steps)
+    def _forget_gone(self) -> None:
+        """Drop what the advisor holds of servers no target stands for any more (a store's departed servers)."""
+        current = {server.name for target in self.targets for server in target.servers()}
+        for held in (self.views, self.reports, self._snapshots):
+            for name in [name for name in held if name not in current]:
+                del held[name]
+
+    def _publish(self) -> None:
+        """Publish every server's latest view (caller holds the lock)."""
+        self.store.publish([self.views[name] for name in self._shown()], self.now())
+
+    def _shown(self) -> list[str]:
+        return [server.name for target in self.targets for server in target.servers() if server.name in self.views]
 
     def _statuses(self) -> list[TargetStatus]:
-        direct = [self.latest[p.target.name] for p in self.pipelines if p.target.name in self.latest]
-        return direct + [status for fleet in self.fleets for status in self.fleet_latest.get(fleet.store.name, [])]
+        return [self.views[name].status for name in self._shown()]
 
-    def _run_fleet(self, fleet: StoreFleet) -> None:
-        try:
-            statuses = fleet.cycle(self.now())
-        except Exception:  # a bug in the store path must not kill the daemon; the last statuses stay
-            log.exception("cycle of store %s failed", fleet.store.name)
-            return
-        with self._lock:
-            self.fleet_latest[fleet.store.name] = statuses
-            self.store.publish(self._statuses(), self.now())
-
-    def _start(self, key: str, action: Callable[[], None]) -> _Task | None:
-        """Run `action` on a daemon thread unless the same key is still busy from an earlier cycle."""
-        busy = self._busy.get(key)
+    def _start(self, target: Target) -> _Task | None:
+        """Run the target's cycle on a daemon thread unless it is still busy from an earlier cycle."""
+        busy = self._busy.get(target.name)
         if busy is not None and not busy.done():
             return None
-        task = self._busy[key] = _Task(action, self._done, name=f"target-{key}")
+        task = self._busy[target.name] = _Task(partial(self._run_target, target), self._done,
+                                               name=f"target-{target.name}")
         task.start()
         return task
 
     def run_cycle(self, timeout: float | None = None) -> list[TargetStatus]:
-        """One cycle over all targets, within `timeout` (default: 90% of the interval). A target still busy then (from
-        this cycle or an earlier one) is abandoned for this cycle: counted under source=deadline and shown as
-        down with the reason; the others are not delayed and keep their rate."""
+        """One cycle over all targets, within `timeout` (default: 90% of the interval). A target still busy then
+        (from this cycle or an earlier one) is abandoned for this cycle: each of its servers is counted under
+        source=deadline and shown as down with the reason; the others are not delayed and keep their rate."""
         # Default: most of the interval, leaving time to publish and checkpoint before the next run is due
         # (a job still running then makes APScheduler skip that run: every target's rate would halve).
         budget = timeout if timeout is not None else CYCLE_BUDGET_SHARE * self.config.interval_seconds
         cycle_started = time.monotonic()
         deadline = cycle_started + budget
-        started = [self._start(pipeline.target.name, partial(self._run_one, pipeline)) for pipeline in self.pipelines]
-        started += [self._start(f"store:{fleet.store.name}", partial(self._run_fleet, fleet)) for fleet in self.fleets]
+        started = [self._start(target) for target in self.targets]
         # Wait for this cycle's tasks only: one still stuck from an earlier cycle must not make every cycle
         # last its whole budget (the scheduler would then skip runs and halve the healthy targets' rate).
         waiting = [task for task in started if task is not None]
@@ -199,8 +212,10 @@ class Advisor:
         self._mark_overruns(budget)
         checkpoint_started = time.monotonic()
         self.save_checkpoint()
+        checkpointed = time.monotonic()
+        self.store.cycle_ended()  # the exporter renders this cycle's exposition now, not on a scrape
         finished = time.monotonic()
-        self.store.observe_step("checkpoint", finished - checkpoint_started)
+        self.store.observe_step("checkpoint", checkpointed - checkpoint_started)
         self.store.observe_step("cycle", finished - cycle_started)
         with self._lock:
             statuses = self._statuses()
@@ -209,25 +224,24 @@ class Advisor:
 
     def _mark_overruns(self, budget: float) -> None:
         overran = False
-        for pipeline in self.pipelines:
-            name = pipeline.target.name
-            task = self._busy.get(name)
+        for target in self.targets:
+            task = self._busy.get(target.name)
             if task is None or task.done():
                 continue
             overran = True
-            pipeline.errors_total["deadline"] = pipeline.errors_total.get("deadline", 0) + 1
-            message = (f"deadline: cycle still running after {time.monotonic() - task.started:.1f}s "
+            message = (f"cycle still running after {time.monotonic() - task.started:.1f}s "
                        f"(budget {budget:g}s); abandoned for this cycle")
-            log.warning("%s: %s", name, message)
+            log.warning("%s: deadline: %s", target.name, message)
             with self._lock:
-                previous = self.latest.get(name)
-                if previous is None:
-                    previous = TargetStatus(server=name)
-                self.latest[name] = replace(previous, up=False, last_errors=[message],
-                                            scrape_errors_total=dict(pipeline.errors_total))
+                for server in target.servers():
+                    server.ledger.count("deadline")
+                    previous = self.views.get(server.name) or ServerView(status=TargetStatus(server=server.name))
+                    status = replace(previous.status, up=False, last_errors=[f"deadline: {message}"],
+                                     scrape_errors_total=dict(server.ledger.totals))
+                    self.views[server.name] = replace(previous, status=status)
         if overran:
             with self._lock:
-                self.store.publish(self._statuses(), self.now())
+                self._publish()
 
     def stop(self) -> None:
         """Wake a cycle waiting for its targets: it returns at once (shutdown)."""
@@ -266,10 +280,8 @@ class Advisor:
 
     def close(self) -> None:
         self.stop()
-        for pipeline in self.pipelines:
-            pipeline.close()
-        for fleet in self.fleets:
-            fleet.close()
+        for target in self.targets:
+            target.close()
 
 
 class _Task(threading.Thread):

@@ -1,10 +1,10 @@
 """The daemon's `kind: prometheus` targets: one store stands for every SGLang server its selector matches.
 
-Each cycle asks the store the fixed query set once (`advisor.estimate.history.fleet_queries`), whatever the
-fleet size, and hands every server its observation; each server then runs the direct mode's own cycle
-(`StoreServerPipeline` is a `TargetPipeline` whose metrics come from the store), so estimates and exported
-series are the same. At start every server's estimator is replayed from the store's history (VPA's history
-init); servers appear with the store and are forgotten `forget_after_seconds` after they leave it.
+Each cycle asks the store the fixed query set once (`advisor.sources.fleet_queries.fleet_queries`), whatever the
+fleet size, and hands every server its observation; each server then runs the one server cycle
+(`ServerPipeline` over a `StoreServerSource`), so estimates, exported series, `/` and `/status` are the same.
+At start every server's estimator is replayed from the store's history (VPA's history init); servers appear
+with the store and are forgotten `forget_after_seconds` after they leave it.
 """
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 
 from advisor.config import AdvisorConfig, TargetConfig
-from advisor.daemon.pipeline import CycleReport, TargetPipeline
-from advisor.estimate.history import FleetFrame, fleet_queries, replay_step, server_info_from_gauges
+from advisor.daemon.pipeline import InfoAnswer, LogReading, ServerPipeline, ServerResult
+from advisor.daemon.targets import DirectSource, StandInSource
+from advisor.sources.fleet_queries import FleetFrame, fleet_queries, replay_step, server_info_from_gauges
 from advisor.sources.metrics import MetricsObservation
 from advisor.sources.prometheus_store import PrometheusClient, QueryResult, too_many_servers
 from advisor.sources.server_info import ServerInfo
-from advisor.status import TargetStatus
 from advisor.store_config import StoreTargetConfig
 
 log = logging.getLogger("pool_advisor")
@@ -34,93 +34,76 @@ MAX_POINTS_PER_SERIES = 11_000
 SERVER_INFO_WORKERS = 32
 
 
-class StoreServerPipeline(TargetPipeline):
-    """One server seen through the store: the direct cycle, with metrics handed in and /server_info asked
-    of the server when reachable, else stood in for by the pool gauges (with the ratio assumed)."""
+class StoreServerSource(StandInSource):
+    """One server seen through the store: metrics handed in by the fleet from its one query set; /server_info
+    asked of the server when reachable, else stood in for by the pool gauges (with the ratio assumed)."""
 
-    def __init__(self, name: str, labels: dict[str, str], store: StoreTargetConfig, config: AdvisorConfig) -> None:
-        base = store.server_info_base(labels)
-        target = TargetConfig(name=name, url=base or store.url, api_key=store.server_api_key)
-        super().__init__(target, config)
+    def __init__(self, name: str, target: TargetConfig, store: StoreTargetConfig, config: AdvisorConfig,
+                 asks_server: bool) -> None:
+        self.name = name
         self.store = store
-        self.asks_server = bool(base)
+        self.asks_server = asks_server
+        self.direct = DirectSource(target, config) if asks_server else None
         self.pending: MetricsObservation | None = None
         self.pending_error: str | None = None
         self.last_seen: float | None = None
-        self.info_from_gauges = False
         self.prefetched: tuple[ServerInfo | None, str | None] | None = None
-        self.errors_total.setdefault("deadline", 0)  # the runner's source for direct targets: same series
 
     def hand(self, observation: MetricsObservation | None, error: str | None, seen_at: float | None) -> None:
         self.pending, self.pending_error = observation, error
         if observation is not None and seen_at is not None:
             self.last_seen = seen_at
 
+    def read_logs(self) -> LogReading:
+        return LogReading()
+
     def fetch_metrics(self) -> tuple[MetricsObservation | None, str | None]:
         observation, error = self.pending, self.pending_error
         self.pending, self.pending_error = None, None
         if observation is None:
-            return None, error or f"{self.target.name} is not in the store's latest samples"
+            return None, error or f"{self.name} is not in the store's latest samples"
         return observation, None
-
-    def server_info_due(self) -> bool:
-        """Whether this pipeline's next cycle (or first replayed sample) asks /server_info."""
-        if not self.asks_server:
-            return False
-        return self.info_due or (self.cycles + 1) % max(1, self.config.server_info_every) == 0
 
     def prefetch_server_info(self) -> None:
         """Ask /server_info now (the fleet does this for many servers at once); the cycle uses the answer."""
-        self.prefetched = super().fetch_server_info()
+        if self.direct is not None:
+            self.prefetched = self.direct.ask_server_info()
 
-    def fetch_server_info(self) -> tuple[ServerInfo | None, str | None]:
+    def fetch_server_info(self, latest: MetricsObservation | None) -> InfoAnswer:
         error = None
-        if self.asks_server:
+        if self.direct is not None:
             prefetched, self.prefetched = self.prefetched, None
-            info, error = prefetched if prefetched is not None else super().fetch_server_info()
+            info, error = prefetched if prefetched is not None else self.direct.ask_server_info()
             if info is not None:
-                self.info_from_gauges = False
-                return info, None
-        latest = self.pending or self.previous
-        stand_in = server_info_from_gauges(latest, assumed_ratio=self.store.assumed_ratio) if latest else None
+                return InfoAnswer(info)
+        gauges = self.pending or latest
+        stand_in = server_info_from_gauges(gauges, assumed_ratio=self.store.assumed_ratio) if gauges else None
         if stand_in is None:
-            return None, error or "no /server_info and no pool gauges in the store to stand in for it"
-        if error:  # counted: the operator asked for /server_info and it did not answer
-            self._error("server_info", f"{error}; using the pool gauges")
-        self.info_from_gauges = True
-        return stand_in, None
+            return InfoAnswer(None, error or "no /server_info and no pool gauges in the store to stand in for it")
+        note = (f"byte constants from the store's pool gauges with the live ratio assumed {self.store.assumed_ratio:g} "
+                "(no gauge carries it): set assumed_ratio, or let the advisor reach /server_info")
+        # counted: the operator asked for /server_info and it did not answer
+        return InfoAnswer(stand_in, f"{error}; using the pool gauges" if error else None,
+                          note=("constants_from_pool_gauges", note))
 
-    def replay(self, now: float, observation: MetricsObservation) -> None:
-        """Feed one historical sample (no recommendation: the history init runs many of these)."""
-        report = CycleReport()
-        self.hand(observation, None, now)
-        if self.server_info is None and self.info_due:
-            self._refresh_server_info(report)
-        self._scrape(now, report)
-        self.last_success = now
-        self.last_errors = []
-
-    def _status(self, now: float) -> TargetStatus:
-        status = super()._status(now)
-        if self.info_from_gauges and status.recommendation is not None:
-            status.recommendation.notes.append(
-                f"byte constants from the store's pool gauges with the live ratio assumed {self.store.assumed_ratio:g} "
-                "(no gauge carries it): set assumed_ratio, or let the advisor reach /server_info"
-            )
-        return status
 
 
 class StoreFleet:
-    """Every server one store holds: a constant number of queries per cycle, one pipeline per server."""
+    """Every server one store holds (a `Target`): a constant number of queries per cycle, then each server's
+    own cycle, the same as a direct server's."""
+
+    checkpointed = False  # the history replay at start stands in for a checkpoint
 
     def __init__(self, store: StoreTargetConfig, config: AdvisorConfig,
                  wall_clock: Callable[[], float] = time.time, *, quiet: bool = False) -> None:
         self.store = store
+        self.name = f"store:{store.name}"
         self.quiet = quiet  # the one-shot reports store errors itself, in one line
         self.config = config
         self.client = PrometheusClient(store.url, timeout_seconds=store.timeout_seconds, auth=store.auth)
         self.queries = fleet_queries(store.matchers, store.server_labels)
-        self.pipelines: dict[str, StoreServerPipeline] = {}
+        self.pipelines: dict[str, ServerPipeline] = {}
+        self.sources: dict[str, StoreServerSource] = {}
         self.bootstrapped = False
         self.last_error: str | None = None
         self.store_errors_total = 0
@@ -130,12 +113,22 @@ class StoreFleet:
     def queries_per_cycle(self) -> int:
         return len(self.queries)
 
-    def _pipeline(self, name: str, frame: FleetFrame) -> StoreServerPipeline:
+    def servers(self) -> list[ServerPipeline]:
+        return [self.pipelines[name] for name in sorted(list(self.pipelines))]
+
+    def _pipeline(self, name: str, frame: FleetFrame) -> ServerPipeline:
         pipeline = self.pipelines.get(name)
         if pipeline is None:
             labels = frame.server_label_values.get(name, {})
-            pipeline = self.pipelines[name] = StoreServerPipeline(name, labels, self.store, self.config)
+            base = self.store.server_info_base(labels)
+            target = TargetConfig(name=name, url=base or self.store.url, api_key=self.store.server_api_key)
+            source = self.sources[name] = StoreServerSource(name, target, self.store, self.config, bool(base))
+            pipeline = self.pipelines[name] = ServerPipeline(target, self.config, source)
         return pipeline
+
+    def _forget(self, name: str) -> None:
+        self.pipelines.pop(name).close()
+        del self.sources[name]
 
     def _frame(self, run: Callable[[str], QueryResult]) -> tuple[FleetFrame, str | None]:
         frame = FleetFrame(self.store.server_labels)
@@ -179,23 +172,29 @@ class StoreFleet:
             if error:
                 self._store_error(error)
                 break
-            self._prefetch_server_info([self._pipeline(name, frame) for name in frame.servers()
-                                        if name not in self.pipelines or self.pipelines[name].server_info is None])
+            self._prefetch_server_info([name for name in frame.servers()
+                                        if name not in self.pipelines or self.pipelines[name].server_info is None],
+                                       frame)
             for name in frame.servers():
                 pipeline = self._pipeline(name, frame)
                 for t, observation in frame.pop_observations(name):
-                    pipeline.replay(now - (wall_end - t) * scale, observation)
+                    at = now - (wall_end - t) * scale
+                    self.sources[name].hand(observation, None, at)
+                    pipeline.feed_history(at)
                     fed += 1
         return fed
 
-    def _prefetch_server_info(self, pipelines: list[StoreServerPipeline]) -> None:
+    def _prefetch_server_info(self, names: list[str], frame: FleetFrame | None = None) -> None:
         """/server_info of many servers side by side: unreachable ones cost one timeout per batch of
         SERVER_INFO_WORKERS, not one each."""
-        due = [p for p in pipelines if p.asks_server]
+        if frame is not None:
+            for name in names:
+                self._pipeline(name, frame)
+        due = [self.sources[name] for name in names if self.sources[name].asks_server]
         if len(due) < 2:
             return  # one server asks in its own cycle
         with ThreadPoolExecutor(max_workers=min(SERVER_INFO_WORKERS, len(due)), thread_name_prefix="server-info") as pool:
-            list(pool.map(StoreServerPipeline.prefetch_server_info, due))
+            list(pool.map(StoreServerSource.prefetch_server_info, due))
 
     def _range(self, expr: str, *, start: float, end: float, step: float) -> QueryResult:
         return self.client.query_range(expr, start, end, step)
@@ -206,7 +205,7 @@ class StoreFleet:
         if not self.quiet:
             log.warning("store %s: %s", self.store.name, error)
 
-    def cycle(self, now: float) -> list[TargetStatus]:
+    def cycle(self, now: float) -> list[ServerResult]:
         """One cycle: the fixed queries at the store's now, then every known server's own cycle."""
         if not self.bootstrapped:
             self.bootstrap(now)
@@ -220,36 +219,25 @@ class StoreFleet:
         seen = set(frame.servers())
         for name in seen:
             observations = frame.pop_observations(name)
-            self._pipeline(name, frame).hand(observations[-1][1] if observations else None, None, now)
-        self._prefetch_server_info([p for p in self.pipelines.values() if p.server_info_due()])
-        statuses = []
+            self._pipeline(name, frame)
+            self.sources[name].hand(observations[-1][1] if observations else None, None, now)
+        self._prefetch_server_info([name for name, p in self.pipelines.items() if p.server_info_due_next()])
+        results = []
         for name in sorted(self.pipelines):
-            pipeline = self.pipelines[name]
+            source = self.sources[name]
             if name not in seen:
-                pipeline.hand(None, f"store {self.store.name}: {error}" if error else None, None)
-                last = pipeline.last_seen
+                source.hand(None, f"store {self.store.name}: {error}" if error else None, None)
+                last = source.last_seen
                 if error is None and (last is None or now - last > self.store.forget_after_seconds):
-                    pipeline.close()
-                    del self.pipelines[name]
+                    self._forget(name)
                     continue
-            started = time.monotonic()
-            try:
-                status, _report = pipeline.cycle(now)
-            except Exception as exc:  # one server's bug must not stop the fleet
-                log.exception("cycle of %s failed", name)
-                pipeline.errors_total["internal"] = pipeline.errors_total.get("internal", 0) + 1
-                status = TargetStatus(server=name, up=False, last_errors=[f"internal error: {exc}"],
-                                      scrape_errors_total=dict(pipeline.errors_total))
-            status.last_cycle_duration_seconds = time.monotonic() - started
-            statuses.append(status)
-        return statuses
+            results.append(self.pipelines[name].run(now))
+        return results
 
     def close(self) -> None:
-        for pipeline in self.pipelines.values():
-            pipeline.close()
-        self.pipelines.clear()
+        for name in list(self.pipelines):
+            self._forget(name)
         self.client.close()
 
 
-
-__all__ = ["StoreFleet", "StoreServerPipeline"]
+__all__ = ["StoreFleet", "StoreServerSource"]

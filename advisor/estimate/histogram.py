@@ -94,9 +94,6 @@ class DecayingHistogram:
             return 0.0
         return float(self.weights.sum()) / 2.0 ** ((now - self.reference_time) / self.half_life_seconds)
 
-    def is_empty(self) -> bool:
-        return float(self.weights.sum()) <= EPSILON_WEIGHT
-
     def mean(self) -> float | None:
         total = float(self.weights.sum())
         return None if total <= EPSILON_WEIGHT else self.weighted_sum / total

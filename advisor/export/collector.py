@@ -1,23 +1,14 @@
-"""export.collector: the daemon publishes each cycle's TargetStatus list into a SnapshotStore; the
-AdvisorCollector turns the last published snapshot into fresh Prometheus metric families on every scrape
-(no sample timestamps, nothing recomputed, a None or non-finite value is simply not exported).
-The store also keeps what only the landing page draws (pool model, context histogram, recommendation
-history) and the daemon's own metrics (cycle-step latency histogram, build info)."""
+"""export.collector: the Prometheus side of the exporter. AdvisorCollector turns the last published snapshot
+(advisor.export.snapshot) into Prometheus metric families (no sample timestamps, nothing recomputed, a None or
+non-finite value is simply not exported); the registries add the advisor process's own metrics."""
 
 from __future__ import annotations
 
-import copy
 import logging
 import math
 import platform
-import threading
-import time
-from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
-from prometheus_client import Histogram
 from prometheus_client.metrics_core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -28,12 +19,12 @@ from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import CollectorRegistry
 
 from advisor import __version__
+from advisor.export.snapshot import METRIC_PREFIX, SnapshotStore, metric_name
 from advisor.recommend.types import CONFIGS, DECISIONS, POOLS, Recommendation
 from advisor.status import TargetStatus
 
 log = logging.getLogger(__name__)
 
-METRIC_PREFIX = "sglang_advisor"
 TARGET_LABELS = ("server", "model_name")
 # TargetStatus.info keys exported as labels of sglang_advisor_info (missing keys export as "").
 INFO_LABELS = ("version", "strategy", "ssm_dtype", "kv_dtype", "tp", "dp", "pp", "dcp")
@@ -44,145 +35,6 @@ CONTEXT_LENGTH_QUANTILES = (
     ("0.99", "context_length_p99"),
 )
 _CYCLE_NOTE = " Recomputed once per advisor cycle; a scrape shows the last published snapshot."
-# The daemon's cycle steps timed into sglang_advisor_cycle_step_duration_seconds (pre-created at 0 so
-# every step has a series from the first scrape). Per-target steps come from the pipeline when it reports
-# them; `target` is one target's whole cycle, `cycle` all targets plus the checkpoint.
-CYCLE_STEPS = ("logs", "metrics", "server_info", "recommend", "target", "checkpoint", "cycle")
-STEP_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
-# Points of recommendation history kept per server for the landing page (a day at the 15 s default
-# would be 5760; 720 is three hours, enough to see a trend without holding much).
-HISTORY_POINTS = 720
-
-
-@dataclass(frozen=True)
-class HistoryPoint:
-    """One cycle's recommendation for one server, as the landing page's history chart draws it."""
-
-    time: float
-    ratio: float | None
-    ratio_lower: float | None
-    ratio_upper: float | None
-    live_ratio: float | None
-    decision: str | None
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """One published cycle: the per-target statuses, when they were published, how many publishes so far."""
-
-    targets: tuple[TargetStatus, ...]
-    generated_at: float | None
-    publishes: int
-
-
-class SnapshotStore:
-    """Thread-safe holder of the last published snapshot. The daemon writes, scrapes and pages read.
-
-    `publish` stores deep copies, so the daemon may keep mutating its own objects; readers get the
-    stored objects and must treat them as read-only.
-    """
-
-    def __init__(self, history_points: int = HISTORY_POINTS) -> None:
-        self._lock = threading.Lock()
-        self._snapshot = Snapshot(targets=(), generated_at=None, publishes=0)
-        self._published_monotonic: float | None = None
-        self._created_monotonic = time.monotonic()
-        self._history_points = history_points
-        self._history: dict[str, deque[HistoryPoint]] = {}
-        self._models: dict[str, Any] = {}
-        self._context_weights: dict[str, Sequence[float]] = {}
-        self.step_durations = Histogram(
-            metric_name("cycle_step_duration_seconds"),
-            "Wall-clock seconds of one step of the advisor's cycle (logs, metrics, server_info and "
-            "recommend per target; target = one target's whole cycle; checkpoint; cycle = all targets).",
-            labelnames=("step",), buckets=STEP_BUCKETS, registry=None,
-        )
-        for step in CYCLE_STEPS:
-            self.step_durations.labels(step=step)
-
-    def record_cycle(self, status: TargetStatus, now: float, *, model: Any = None,
-                     context_weights: Sequence[float] | None = None,
-                     step_seconds: Mapping[str, float] | None = None) -> None:
-        """What one target's cycle adds beyond its status: a history point, the pool model (an
-        advisor.recommend.engine.ServerModel) and context histogram the landing page draws, step timings."""
-        rec = status.recommendation
-        point = HistoryPoint(
-            time=float(now),
-            ratio=rec.ratio if rec else None,
-            ratio_lower=rec.ratio_lower if rec else None,
-            ratio_upper=rec.ratio_upper if rec else None,
-            live_ratio=rec.live_ratio if rec else None,
-            decision=rec.decision if rec else None,
-        )
-        with self._lock:
-            history = self._history.setdefault(status.server, deque(maxlen=self._history_points))
-            history.append(point)
-            if model is not None:
-                self._models[status.server] = copy.deepcopy(model)
-            if context_weights is not None:
-                self._context_weights[status.server] = tuple(float(w) for w in context_weights)
-        for step, seconds in (step_seconds or {}).items():
-            self.observe_step(step, seconds)
-
-    def observe_step(self, step: str, seconds: float) -> None:
-        """One timed step into the latency histogram (negative or non-finite durations are dropped)."""
-        if isinstance(seconds, (int, float)) and math.isfinite(seconds) and seconds >= 0:
-            self.step_durations.labels(step=str(step)).observe(float(seconds))
-
-    def history(self, server: str) -> list[HistoryPoint]:
-        with self._lock:
-            return list(self._history.get(server, ()))
-
-    def model(self, server: str) -> Any:
-        with self._lock:
-            return self._models.get(server)
-
-    def context_weights(self, server: str) -> Sequence[float] | None:
-        with self._lock:
-            return self._context_weights.get(server)
-
-    def seconds_since_publish(self) -> float:
-        """Wall seconds since the last publish (since the store was made, before the first)."""
-        with self._lock:
-            since = self._published_monotonic if self._published_monotonic is not None else self._created_monotonic
-        return time.monotonic() - since
-
-    def publish(self, statuses: Sequence[TargetStatus], now: float) -> None:
-        """Replace the snapshot with `statuses` as computed at `now` (unix seconds)."""
-        if isinstance(now, bool) or not isinstance(now, (int, float)) or not math.isfinite(now):
-            raise ValueError(f"publish: now must be a finite unix time in seconds, got {now!r}")
-        seen: set[str] = set()
-        for status in statuses:
-            if not isinstance(status, TargetStatus):
-                raise ValueError(f"publish: expected TargetStatus, got {type(status).__name__}")
-            if status.server in seen:
-                raise ValueError(f"publish: server {status.server!r} appears twice in one snapshot")
-            seen.add(status.server)
-        frozen = tuple(copy.deepcopy(list(statuses)))
-        with self._lock:
-            self._snapshot = Snapshot(
-                targets=frozen, generated_at=float(now), publishes=self._snapshot.publishes + 1
-            )
-            self._published_monotonic = time.monotonic()
-            # a server that left the snapshot takes its page data with it (no growth with churn)
-            for per_server in (self._history, self._models, self._context_weights):
-                for server in [name for name in per_server if name not in seen]:
-                    del per_server[server]
-
-    def latest(self) -> list[TargetStatus]:
-        """The statuses of the last publish (empty before the first)."""
-        with self._lock:
-            return list(self._snapshot.targets)
-
-    def snapshot(self) -> Snapshot:
-        """The whole last publish, with its daemon-level values (generated_at, publishes)."""
-        with self._lock:
-            return self._snapshot
-
-    @property
-    def generated_at(self) -> float | None:
-        """The `now` of the last publish, or None before the first."""
-        return self.snapshot().generated_at
 
 
 def _finite(value: object) -> float | None:
@@ -385,10 +237,6 @@ _PER_CONFIG: tuple[tuple[str, str, dict[str, StatusField]], ...] = (
     ),
 )
 assert all(set(getters) == set(CONFIGS) for _, _, getters in _PER_CONFIG)
-
-
-def metric_name(suffix: str) -> str:
-    return f"{METRIC_PREFIX}_{suffix}"
 
 
 class AdvisorCollector:

@@ -28,8 +28,9 @@ from prometheus_client.registry import CollectorRegistry
 
 from advisor import __version__
 from advisor.errors import InputError
-from advisor.export.collector import SnapshotStore, build_registry
+from advisor.export.collector import build_registry
 from advisor.export.exposition import MetricsRenderer, bake_registry
+from advisor.export.snapshot import SnapshotStore
 from advisor.export.svg import concurrency_chart, context_chart, goodput_chart, history_chart
 from advisor.export.times import utc_with_age
 from advisor.export.webconfig import WebConfig

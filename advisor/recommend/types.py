@@ -16,6 +16,10 @@ DECISIONS = (
 )
 POOLS = ("state", "kv", "balanced")
 CONFIGS = ("live", "recommended")
+# What a note is about, for tools and tests (the text is for people). Codes are added as notes gain them.
+NOTE_CODES = (
+    "constants_from_pool_gauges",  # byte constants inverted from the store's pool gauges with the ratio assumed
+)
 
 
 @dataclass
@@ -53,8 +57,17 @@ class Recommendation:
     replay_window_seconds: float | None = None
     replay_source: str | None = None  # "request_log" (exact) | "metrics" (per-interval arrivals and histograms)
     step_time_coefficients: dict[str, float] = field(default_factory=dict)  # the cost model fitted to this server
-    notes: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # for people, in the order said
+    note_codes: list[str] = field(default_factory=list)  # NOTE_CODES of the notes that carry one: what tests and tools read
 
     def __post_init__(self) -> None:
         if self.decision not in DECISIONS:
             raise ValueError(f"unknown decision {self.decision!r}")
+
+    def add_note(self, code: str, text: str) -> None:
+        """Say `text` and record its code (one of NOTE_CODES), as reason_code does for the reason."""
+        if code not in NOTE_CODES:
+            raise ValueError(f"unknown note code {code!r}")
+        self.notes.append(text)
+        if code not in self.note_codes:
+            self.note_codes.append(code)

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import NamedTuple
 
 from advisor.errors import InputError, LimitExceeded
@@ -171,6 +173,13 @@ _HISTOGRAMS: dict[str, str] = {
     "sglang:generation_tokens_histogram": "generation_tokens_histogram",
     "sglang:queue_time_seconds": "queue_time_histogram",
 }
+# The families the parser reads, by how a store's rows of them are aggregated (advisor.sources.fleet_queries):
+# scheduler-side per DP rank (written alike on every TP rank), per rank and phase, tokenizer-side counters,
+# histograms. Read-only views of the tables above: the one source of truth for both readers.
+RANK_FAMILIES: Mapping[str, str] = MappingProxyType({**_RANK_GAUGES, **_RANK_COUNTERS})
+PHASE_FAMILIES: Mapping[str, str] = MappingProxyType(dict(_PHASE_GAUGES))
+TOKENIZER_COUNTERS: Mapping[str, str] = MappingProxyType(dict(_GLOBAL_COUNTERS))
+HISTOGRAM_FAMILIES: Mapping[str, str] = MappingProxyType(dict(_HISTOGRAMS))
 _INTEGER_FIELDS = frozenset(
     {
         "running_requests",
@@ -518,26 +527,41 @@ def _merge_histogram(field_name: str, per_dp: dict[int | None, dict[_RankKey | N
 
 
 def _build(acc: _Accumulator, families: set[str]) -> MetricsObservation:
-    by_rank: dict[int | None, dict[str, float | int]] = {dp: {} for dp in acc.dp_ranks}
+    by_rank: dict[int | None, dict[str, float]] = {dp: {} for dp in acc.dp_ranks}
     for (field_name, dp_rank), (_, value) in acc.rank_values.items():
-        by_rank.setdefault(dp_rank, {})[field_name] = _as_number(field_name, value)
+        by_rank.setdefault(dp_rank, {})[field_name] = value
     for (field_name, dp_rank), per_rank in acc.phase_sums.items():
         by_rank.setdefault(dp_rank, {})[field_name] = per_rank[min(per_rank)]
-    ranks = []
-    for dp_rank in sorted(by_rank, key=lambda dp: -1 if dp is None else dp):
-        values = by_rank[dp_rank]
-        slots = [
-            values.get(name)
-            for name in ("state_slots_used", "state_slots_available", "state_slots_evictable")
-        ]
+    return build_observation(
+        by_rank,
+        counters={name: _sum_counter(per_dp) for name, per_dp in acc.global_counters.items()},
+        histograms={name: _merge_histogram(name, per_dp) for name, per_dp in acc.histograms.items()},
+        model_name=acc.model_name,
+        families_seen=families,
+    )
+
+
+def build_observation(
+    ranks: Mapping[int | None, Mapping[str, float]],
+    *,
+    counters: Mapping[str, float],
+    histograms: Mapping[str, Histogram | None],
+    model_name: str | None,
+    families_seen: Iterable[str],
+) -> MetricsObservation:
+    """The one way to make a `MetricsObservation`, from values already read per DP rank (RankMetrics field ->
+    value), tokenizer counters (field -> total) and histograms (field -> Histogram): a scrape's parser and a
+    store's rows (advisor.sources.fleet_queries) both end here, so both give the same observation."""
+    built = []
+    for dp_rank in sorted(ranks, key=lambda dp: -1 if dp is None else dp):
+        values: dict[str, float | int] = {name: _as_number(name, value) for name, value in ranks[dp_rank].items()}
+        slots = [values.get(name) for name in ("state_slots_used", "state_slots_available", "state_slots_evictable")]
         if all(slot is not None for slot in slots):
             values["state_pool_slots"] = _as_number("state_slots_used", float(sum(slots)))  # type: ignore[arg-type]
-        ranks.append(RankMetrics(dp_rank=dp_rank, **values))  # type: ignore[arg-type]
-    histograms = {name: _merge_histogram(name, per_dp) for name, per_dp in acc.histograms.items()}
-    counters = {name: _sum_counter(per_dp) for name, per_dp in acc.global_counters.items()}
+        built.append(RankMetrics(dp_rank=dp_rank, **values))  # type: ignore[arg-type]
     return MetricsObservation(
-        ranks=ranks,
-        model_name=acc.model_name,
+        ranks=built,
+        model_name=model_name,
         requests_total=counters.get("requests_total"),
         aborted_requests_total=counters.get("aborted_requests_total"),
         prompt_tokens_total=counters.get("prompt_tokens_total"),
@@ -546,5 +570,5 @@ def _build(acc: _Accumulator, families: set[str]) -> MetricsObservation:
         prompt_tokens_histogram=histograms.get("prompt_tokens_histogram"),
         generation_tokens_histogram=histograms.get("generation_tokens_histogram"),
         queue_time_histogram=histograms.get("queue_time_histogram"),
-        families_seen=frozenset(families),
+        families_seen=frozenset(families_seen),
     )

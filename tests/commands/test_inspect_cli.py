@@ -5,7 +5,7 @@ import subprocess
 import sys
 
 import pytest
-from support import FIXTURES
+from support import FIXTURES, wait_for
 
 
 def inspect(*args):
@@ -91,9 +91,9 @@ def test_inspect_a_live_emulated_server(tmp_path):
                             request_log_path=str(log_path))
     server.start()
     try:
-        import time
-
-        time.sleep(1.5)
+        # the boot block is written at start; wait for the first finished request's log line
+        wait_for(lambda: log_path.exists() and '"prompt_tokens"' in log_path.read_text(), 30,
+                 what="a finished request in the emulator's log")
         proc = inspect("--url", server.url, "--log-file", str(log_path))
     finally:
         server.stop()

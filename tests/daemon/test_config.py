@@ -75,3 +75,18 @@ def test_skip_decode_lock_must_be_a_boolean():
     assert loaded.targets[0].skip_decode_lock is True
     with pytest.raises(InputError, match=r"targets\[0\]\.skip_decode_lock"):
         config_from_dict({"targets": [{"url": "http://127.0.0.1:1", "skip_decode_lock": "yes"}]})
+
+
+def test_a_direct_target_and_the_recommend_flags_share_one_bound():
+    """The same byte-constant override is refused by the daemon config and by `recommend`, at the same bound."""
+    import subprocess
+    import sys
+
+    from support import REPO
+
+    with pytest.raises(InputError, match=r"'targets\[0\].kv_bytes_per_token' must be <= 1e\+10 bytes"):
+        config_from_dict({"targets": [{"url": "http://x:1", "state_bytes_per_slot": 1e6, "kv_bytes_per_token": 2e10}]})
+    done = subprocess.run([sys.executable, "-m", "advisor", "recommend", "-L", "9216", "--state-bytes-per-slot", "1e6",
+                           "--kv-bytes-per-token", "2e10"], capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert done.returncode == 2
+    assert "--kv-bytes-per-token must be a finite number in [1, 1e+10] bytes" in done.stderr

@@ -93,7 +93,7 @@ def test_request_log_rotation_and_truncation_lose_nothing(tmp_path):
         third = advisor.run_cycle()[0]
         assert third.workload.requests_observed == 350
         # request logs win over the metrics histograms: nothing is counted twice
-        assert advisor.pipelines[0].uses_request_logs
+        assert advisor.pipelines[0].server_state.uses_request_logs
         advisor.close()
 
 
@@ -101,18 +101,18 @@ def test_a_bug_in_one_cycle_is_counted_as_internal_and_the_daemon_goes_on(monkey
     with ReplayServer() as server:
         advisor = advisor_for(server.url)
         assert advisor.run_cycle()[0].up
-        pipeline = advisor.pipelines[0]
-        real_cycle = pipeline.cycle
+        source = advisor.pipelines[0].source
+        real_fetch = source.fetch_metrics
 
-        def broken(now):
+        def broken():
             raise RuntimeError("estimator exploded")
 
-        monkeypatch.setattr(pipeline, "cycle", broken)
+        monkeypatch.setattr(source, "fetch_metrics", broken)
         status = advisor.run_cycle()[0]
         assert status.scrape_errors_total["internal"] == 1
         assert status.scrape_errors_total["metrics"] == 0
         assert not status.up and "estimator exploded" in status.last_errors[0]
-        monkeypatch.setattr(pipeline, "cycle", real_cycle)
+        monkeypatch.setattr(source, "fetch_metrics", real_fetch)
         assert advisor.run_cycle()[0].up
         advisor.close()
 

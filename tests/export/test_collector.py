@@ -15,12 +15,8 @@ from prometheus_client import REGISTRY, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from advisor.export.collector import (
-    INFO_LABELS,
-    SnapshotStore,
-    build_registry,
-    exported_metric_names,
-)
+from advisor.export.collector import INFO_LABELS, build_registry, exported_metric_names
+from advisor.export.snapshot import ServerView, SnapshotStore
 from advisor.recommend.types import DECISIONS, POOLS
 
 NOW = 1_790_000_030.0
@@ -244,3 +240,17 @@ def test_detected_server_restarts_are_a_counter_per_server():
     text = render(store)
     assert value_of(text, "sglang_advisor_server_restarts_total", server=status.server) == 3
     assert value_of(text, "sglang_advisor_server_restarts_total", server=unreachable_status().server) == 0
+
+
+def test_a_view_published_again_is_not_copied_again_and_a_status_always_is():
+    store = SnapshotStore()
+    view = ServerView(status=drifted_status(server="a:1"))
+    status = drifted_status(server="b:1")
+    store.publish([view, status], now=NOW)
+    first = store.snapshot().views
+    status.model_name = "changed in place"
+    store.publish([view, status], now=NOW + 1)
+    second = store.snapshot().views
+    assert second[0] is first[0]  # the same cycle's view: its copy stands
+    assert second[1] is not first[1] and second[1].status.model_name == "changed in place"
+    assert first[1].status.model_name != "changed in place"  # what was published is not changed by the daemon

@@ -21,8 +21,9 @@ from prom_harness import wait_for
 from prometheus_client.parser import text_string_to_metric_families
 
 from advisor.errors import InputError
-from advisor.export.collector import CYCLE_STEPS, SnapshotStore, build_registry
+from advisor.export.collector import build_registry
 from advisor.export.server import ExporterServer, _AdvisorHTTPServer
+from advisor.export.snapshot import CYCLE_STEPS, ServerView, SnapshotStore, history_point
 from advisor.export.webconfig import WebConfig, load_web_config, web_config_from_dict
 
 NOW = 1_790_000_030.0
@@ -61,7 +62,7 @@ def test_gzip_openmetrics_and_name_filter(store):
 
 
 def test_build_info_process_metrics_and_step_histogram(store):
-    store.record_cycle(drifted_status(), NOW, step_seconds={"metrics": 0.03, "recommend": 0.002})
+    store.observe_steps({"metrics": 0.03, "recommend": 0.002})
     store.observe_step("cycle", 0.2)
     store.observe_step("cycle", float("nan"))  # dropped, not exported as NaN
     with ExporterServer(store, "127.0.0.1", 0) as exporter:
@@ -215,8 +216,8 @@ def test_client_auth_needs_a_ca(certificate):
 
 
 def test_history_and_page_data_of_a_vanished_server_are_dropped(store):
-    store.record_cycle(drifted_status(server="a:1"), NOW, context_weights=[1.0])
-    store.publish([drifted_status(server="a:1")], now=NOW)
+    point = history_point(drifted_status().recommendation, NOW)
+    store.publish([ServerView(drifted_status(server="a:1"), context_weights=(1.0,), history=(point,))], now=NOW)
     assert len(store.history("a:1")) == 1 and store.context_weights("a:1") == (1.0,)
     store.publish([drifted_status(server="b:1")], now=NOW + 1)
     assert store.history("a:1") == [] and store.context_weights("a:1") is None

@@ -11,8 +11,8 @@ from export_samples import RECOMMENDED_RATIO, drifted_status, unreachable_status
 from prometheus_client.parser import text_string_to_metric_families
 
 from advisor.errors import InputError
-from advisor.export.collector import SnapshotStore
 from advisor.export.server import ExporterServer, landing_page
+from advisor.export.snapshot import ServerView, SnapshotStore, history_point
 
 NOW = 1_790_000_030.0
 
@@ -65,9 +65,8 @@ def test_landing_page_shows_decision_ratios_pool_and_links(exporter):
 def test_landing_page_writes_times_as_utc_dates_with_their_age(store):
     status = drifted_status()
     status.last_restart_timestamp = NOW - 3 * 3600
-    store.record_cycle(status, now=NOW - 60)
-    store.record_cycle(status, now=NOW)
-    store.publish([status], now=NOW)
+    history = tuple(history_point(status.recommendation, moment) for moment in (NOW - 60, NOW))
+    store.publish([ServerView(status, history=history)], now=NOW)
     page = landing_page(store, now=NOW + 42)
     assert "Last snapshot: 2026-09-21 14:13:50 UTC (42 s ago)." in page
     # drifted_status's last success is 30 s before the snapshot; the history ends at the last cycle

@@ -11,9 +11,10 @@ from export_samples import drifted_status
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
 from prometheus_client.parser import text_string_to_metric_families
 
-from advisor.export.collector import SnapshotStore, build_registry
+from advisor.export.collector import build_registry
 from advisor.export.exposition import MetricsRenderer, bake_registry
 from advisor.export.server import ExporterServer
+from advisor.export.snapshot import SnapshotStore
 
 NOW = 1_790_000_030.0
 OPENMETRICS = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"
@@ -64,3 +65,25 @@ def test_http_clients_decode_the_two_gzip_members(store):
         response = requests.get(f"{exporter.url}/metrics", headers={"Accept-Encoding": "gzip"}, timeout=10)
     assert response.headers["Content-Encoding"] == "gzip"
     assert "sglang_advisor_recommended_ratio{" in response.text and "sglang_advisor_build_info" in response.text
+
+
+def test_the_exposition_is_rendered_when_the_cycle_ends_not_on_the_scrape(store, monkeypatch):
+    renderer = MetricsRenderer(store)
+    renderer.render(OPENMETRICS, "gzip", {})  # the scraper's format, learnt from its first scrape
+    store.publish([drifted_status(server="10.0.0.9:30000")], now=NOW + 15)
+    assert not renderer.ready()
+    store.cycle_ended()
+    assert renderer.ready()
+
+    def no_reading(*_args):
+        raise AssertionError("a scrape read the snapshot: the exposition was not rendered in the cycle")
+
+    monkeypatch.setattr(store, "latest", no_reading)  # what the collector reads to encode the families
+    body = renderer.render(OPENMETRICS, "gzip", {})[1]
+    assert "10.0.0.9:30000" in gzip.decompress(body).decode()
+
+
+def test_a_cycle_end_before_any_scrape_renders_nothing(store):
+    renderer = MetricsRenderer(store)
+    store.cycle_ended()
+    assert renderer.ready() and renderer._cache == {}

@@ -14,8 +14,9 @@ from export_samples import drifted_status
 from prom_harness import PrometheusServer, run_promtool, wait_for
 from promql_refs import FLEET_DASHBOARD, concrete, dashboard_panels, load_dashboard, metric_names
 
-from advisor.export.collector import SnapshotStore, exported_metric_names
+from advisor.export.collector import exported_metric_names
 from advisor.export.server import ExporterServer
+from advisor.export.snapshot import SnapshotStore
 from advisor.recommend.types import DECISIONS
 
 # The advisor process's own series (not per SGLang server) the fleet dashboard may show.

@@ -24,8 +24,8 @@ from promql_refs import (
 )
 from support import LoopbackServer
 
-from advisor.export.collector import SnapshotStore
 from advisor.export.server import ExporterServer
+from advisor.export.snapshot import SnapshotStore
 
 FIXTURE = SGLANG_FIXTURES / "sglang-0.5.23-single.prom"
 SHORT_FOR = "2s"

@@ -60,7 +60,7 @@ def test_checkpoint_with_wrong_shapes_starts_cold(tmp_path) -> None:
         advisor = Advisor(config)
         try:
             advisor.load_checkpoint()  # must not raise
-            assert advisor.pipelines[0].restored is False
+            assert advisor.pipelines[0].server_state.restored is False
         finally:
             advisor.close()
 

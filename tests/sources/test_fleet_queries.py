@@ -11,10 +11,13 @@ from collections.abc import Iterable
 from dataclasses import fields
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
+from fake_store import Sample, exposition_samples
+from fake_store import evaluate as evaluate_rows
 from support import METRICS
 
-from advisor.estimate.history import (
+from advisor.feeder import constants_from_server_info
+from advisor.model.serving import ServingConfig, slots_per_request
+from advisor.sources.fleet_queries import (
     HISTOGRAM_FAMILIES,
     PHASE_FAMILIES,
     RANK_FAMILIES,
@@ -25,8 +28,6 @@ from advisor.estimate.history import (
     replay_step,
     server_info_from_gauges,
 )
-from advisor.feeder import constants_from_server_info
-from advisor.model.serving import ServingConfig, slots_per_request
 from advisor.sources.metrics import RankMetrics, parse_metrics
 
 FIXTURES = ("single", "tp2", "dp2tp4")
@@ -37,24 +38,9 @@ def exposition(name: str) -> str:
     return (METRICS / f"sglang-0.5.23-{name}.prom").read_text()
 
 
-def samples_of(text: str, instance: str) -> Iterable[tuple[str, dict[str, str], float]]:
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            yield sample.name, {**sample.labels, "instance": instance, "job": "sglang"}, float(sample.value)
-
-
-def evaluate(query: FleetQuery, samples: list[tuple[str, dict[str, str], float]], at: float) -> list[Row]:
-    """What Prometheus answers for one of the three query shapes (max/sum by the `by` labels of the query)."""
-    by = [label.strip() for label in re.search(r"by \(([^)]*)\)", query.expr).group(1).split(",")]
-    pattern = re.compile(re.search(r'__name__=~"([^"]+)"', query.expr).group(1))
-    combine = max if query.expr.startswith("max") else (lambda a, b: a + b)
-    groups: dict[tuple[str, ...], float] = {}
-    for name, labels, value in samples:
-        if not pattern.fullmatch(name) or (query.kind == "rank" and labels.get("priority")):
-            continue
-        key = tuple(name if label == "__name__" else labels.get(label, "") for label in by)
-        groups[key] = combine(groups[key], value) if key in groups else value
-    return [({k: v for k, v in zip(by, key, strict=True) if v}, [(at, value)]) for key, value in groups.items()]
+def evaluate(query: FleetQuery, samples: list[Sample], at: float) -> list[Row]:
+    """What Prometheus answers for one of the query shapes, as rows of one point at `at`."""
+    return [(labels, [(at, value)]) for labels, value in evaluate_rows(query.expr, samples)]
 
 
 def store_frame(fleet: dict[str, str], times: Iterable[float] = (1000.0,), server_labels=("instance",)) -> FleetFrame:
@@ -63,7 +49,7 @@ def store_frame(fleet: dict[str, str], times: Iterable[float] = (1000.0,), serve
         for query in fleet_queries('job="sglang"', server_labels):
             rows: list[Row] = []
             for instance, text in fleet.items():
-                rows += evaluate(query, list(samples_of(text, instance)), at)
+                rows += evaluate(query, exposition_samples(text, instance=instance, job="sglang"), at)
             frame.add(query, rows)
     return frame
 

@@ -1,5 +1,6 @@
 """What to ask a Prometheus store about a fleet of SGLang servers, and how to read the answers back into the
-same `MetricsObservation` a direct `/metrics` scrape gives (pure: PromQL strings out, result rows in).
+same `MetricsObservation` a direct `/metrics` scrape gives (`build_observation`, the parser's own builder);
+no I/O here: PromQL strings out, result rows in (the client is `advisor.sources.prometheus_store`).
 
 A fixed handful of queries covers every server at once, whatever the fleet size: each aggregates away the
 TP-rank copies in PromQL (`max by (<server labels>, dp_rank)` for the scheduler's per-rank gauges and
@@ -20,30 +21,27 @@ from dataclasses import dataclass
 from typing import Any
 
 from advisor.model.serving import ServingConfig, slots_per_request
-from advisor.sources.metrics import (  # noqa: F401 - the parser's family tables, shared on purpose
-    _GLOBAL_COUNTERS,
-    _INTEGER_FIELDS,
-    _PHASE_GAUGES,
-    _RANK_COUNTERS,
-    _RANK_GAUGES,
+from advisor.sources.metrics import (
+    HISTOGRAM_FAMILIES as PARSED_HISTOGRAMS,
+)
+from advisor.sources.metrics import (
+    PHASE_FAMILIES,
+    RANK_FAMILIES,
+    TOKENIZER_COUNTERS,
     Histogram,
     MetricsObservation,
-    RankMetrics,
+    build_observation,
 )
 from advisor.sources.server_info import ServerInfo, ServerShard
 
 # The families a direct scrape reads, from the parser's own tables (one source of truth: the store path reads
-# exactly what `parse_metrics` reads). Scheduler-side, one value per DP rank: the gauges come from the stats
-# rank, the constants and the retraction counters from every TP rank alike, so `max` keeps one copy.
-RANK_FAMILIES: dict[str, str] = {**_RANK_GAUGES, **_RANK_COUNTERS}
-# Gauges split by `phase` (graph memory): summed over phases per DP rank, as the parser does.
-PHASE_FAMILIES: dict[str, str] = dict(_PHASE_GAUGES)
-# Tokenizer-side counters (no rank labels): summed over every other label.
-TOKENIZER_COUNTERS: dict[str, str] = dict(_GLOBAL_COUNTERS)
+# exactly what `parse_metrics` reads). Scheduler-side (RANK_FAMILIES), one value per DP rank: the gauges come
+# from the stats rank, the constants and the retraction counters from every TP rank alike, so `max` keeps one
+# copy. Gauges split by `phase` (PHASE_FAMILIES, graph memory) are summed over phases per DP rank, as the
+# parser does; tokenizer-side counters (TOKENIZER_COUNTERS, no rank labels) over every other label.
 # The queue-time histogram is left out: nothing downstream of the parser reads it.
 HISTOGRAM_FAMILIES: dict[str, str] = {
-    "sglang:prompt_tokens_histogram": "prompt_tokens_histogram",
-    "sglang:generation_tokens_histogram": "generation_tokens_histogram",
+    family: name for family, name in PARSED_HISTOGRAMS.items() if name != "queue_time_histogram"
 }
 DEFAULT_SERVER_LABELS: tuple[str, ...] = ("instance",)
 
@@ -206,19 +204,12 @@ def _histogram(name: str, sample: _Sample) -> Histogram | None:
 
 def observation_of(sample: _Sample) -> MetricsObservation:
     """One server at one timestamp as a `MetricsObservation` (what `parse_metrics` gives for a scrape)."""
-    per_rank: dict[int | None, dict[str, float | int]] = {}
+    per_rank: dict[int | None, dict[str, float]] = {}
     families: set[str] = set()
     by_field = {v: k for k, v in {**RANK_FAMILIES, **PHASE_FAMILIES}.items()}
     for (dp_rank, name), value in sample.maps[_Sample.RANK].items():
-        per_rank.setdefault(dp_rank, {})[name] = int(value) if name in _INTEGER_FIELDS and value.is_integer() else value
+        per_rank.setdefault(dp_rank, {})[name] = value
         families.add(by_field[name])
-    ranks = []
-    for dp_rank in sorted(per_rank, key=lambda dp: -1 if dp is None else dp):
-        values = per_rank[dp_rank]
-        slots = [values.get(n) for n in ("state_slots_used", "state_slots_available", "state_slots_evictable")]
-        if all(s is not None for s in slots):
-            values["state_pool_slots"] = int(sum(float(s) for s in slots if s is not None))
-        ranks.append(RankMetrics(dp_rank=dp_rank, **values))  # type: ignore[arg-type]
     counter_family = {v: k for k, v in TOKENIZER_COUNTERS.items()}
     counters = sample.maps[_Sample.COUNTER]
     families.update(counter_family[name] for name in counters)
@@ -227,18 +218,8 @@ def observation_of(sample: _Sample) -> MetricsObservation:
         histograms[name] = _histogram(name, sample)
         if histograms[name] is not None:
             families.add(family)
-    return MetricsObservation(
-        ranks=ranks,
-        model_name=sample.model_name,
-        requests_total=counters.get("requests_total"),
-        aborted_requests_total=counters.get("aborted_requests_total"),
-        prompt_tokens_total=counters.get("prompt_tokens_total"),
-        generation_tokens_total=counters.get("generation_tokens_total"),
-        cached_tokens_total=counters.get("cached_tokens_total"),
-        prompt_tokens_histogram=histograms["prompt_tokens_histogram"],
-        generation_tokens_histogram=histograms["generation_tokens_histogram"],
-        families_seen=frozenset(families),
-    )
+    return build_observation(per_rank, counters=counters, histograms=histograms, model_name=sample.model_name,
+                             families_seen=families)
 
 
 def server_info_from_gauges(
@@ -287,6 +268,6 @@ def server_info_from_gauges(
 
 
 __all__ = [
-    "DEFAULT_SERVER_LABELS", "FleetFrame", "FleetQuery", "fleet_queries", "observation_of", "replay_step",
-    "server_info_from_gauges",
+    "DEFAULT_SERVER_LABELS", "HISTOGRAM_FAMILIES", "PHASE_FAMILIES", "RANK_FAMILIES", "TOKENIZER_COUNTERS",
+    "FleetFrame", "FleetQuery", "fleet_queries", "observation_of", "replay_step", "server_info_from_gauges",
 ]

@@ -1,0 +1,120 @@
+"""StoreFleet against a fake Prometheus API on loopback holding genuine SGLang expositions: a constant query
+count whatever the fleet size, the history replay, servers coming and going, a failing store, and where the
+byte constants come from (/server_info, else the pool gauges, said by a note code)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fake_store import FakeStore, fixture_samples
+from replay_server import ReplayServer
+from support import closed_port_url
+
+from advisor.config import config_from_dict
+from advisor.daemon.store_targets import StoreFleet
+from advisor.status import TargetStatus
+from advisor.store_config import store_target_from_dict
+
+SINGLE = "sglang-0.5.23-single.prom"
+NOW = 1_790_000_000.0
+
+
+def fleet_of(store: FakeStore, **raw: Any) -> StoreFleet:
+    target = store_target_from_dict({"kind": "prometheus", "url": store.url, "history": "1h", "step": "60s",
+                                     "server_info_url": "", **raw}, "targets[0]", {})
+    return StoreFleet(target, config_from_dict({"targets": []}), wall_clock=lambda: NOW, quiet=True)
+
+
+def statuses(fleet: StoreFleet, now: float) -> dict[str, TargetStatus]:
+    return {result.status.server: result.status for result in fleet.cycle(now)}
+
+
+@pytest.fixture
+def store() -> Iterator[FakeStore]:
+    with FakeStore({f"gpu-{i}:30000": fixture_samples(SINGLE) for i in range(5)}) as fake:
+        yield fake
+
+
+def test_four_queries_a_cycle_whatever_the_fleet_size(store):
+    every = dict(store.servers)
+    for size in (1, 5):
+        store.servers = dict(list(every.items())[:size])
+        fleet = fleet_of(store)
+        try:
+            fleet.bootstrap(NOW)
+            sent = fleet.client.queries_sent
+            assert len(statuses(fleet, NOW)) == size
+            assert fleet.client.queries_sent - sent == fleet.queries_per_cycle == 4
+        finally:
+            fleet.close()
+
+
+def test_the_history_replay_feeds_every_server_before_the_first_cycle(store):
+    fleet = fleet_of(store)
+    try:
+        fed = fleet.bootstrap(NOW)
+        assert fed == 5 * 61  # an hour at 60 s steps, both ends included
+        seen = statuses(fleet, NOW)
+    finally:
+        fleet.close()
+    for status in seen.values():
+        assert status.up and not status.last_errors
+        assert status.workload.history_seconds == pytest.approx(3600, rel=0.05)
+        # the first replayed sample's lifetime histograms: the fixture's 4000 finished requests
+        assert status.workload.requests_observed == pytest.approx(4000, rel=0.01)
+
+
+def test_servers_appear_and_are_forgotten_after_they_leave(store):
+    fleet = fleet_of(store, forget_after_seconds="10m")
+    try:
+        assert len(statuses(fleet, NOW)) == 5
+        store.servers["late:30000"] = fixture_samples(SINGLE)
+        assert "late:30000" in statuses(fleet, NOW + 60)
+        del store.servers["late:30000"]
+        gone = statuses(fleet, NOW + 120)
+        assert not gone["late:30000"].up and gone["late:30000"].scrape_errors_total["metrics"] == 1
+        assert "not in the store's latest samples" in gone["late:30000"].last_errors[0]
+        assert "late:30000" not in statuses(fleet, NOW + 60 + 601)
+        assert "late:30000" not in fleet.pipelines and len(fleet.pipelines) == 5
+    finally:
+        fleet.close()
+
+
+def test_a_failing_store_shows_every_server_down_and_forgets_none(store):
+    fleet = fleet_of(store, forget_after_seconds="1m")
+    try:
+        statuses(fleet, NOW)
+        store.mode = "error"
+        down = statuses(fleet, NOW + 3600)  # long past forget_after: a store error is no departure
+        assert len(down) == 5 and fleet.store_errors_total == 1 and "store down" in (fleet.last_error or "")
+        for status in down.values():
+            assert not status.up and status.scrape_errors_total["metrics"] == 1
+            assert status.last_errors[0].startswith("metrics: store ")
+        store.mode = "ok"
+        assert all(status.up for status in statuses(fleet, NOW + 3660).values())
+    finally:
+        fleet.close()
+
+
+def test_byte_constants_from_server_info_else_the_gauges_with_a_note_code(store):
+    store.servers = {"gpu-0:30000": fixture_samples(SINGLE)}
+    with ReplayServer() as server:
+        asked = fleet_of(store, server_info_url=server.url)
+        gauges = fleet_of(store)
+        dead = fleet_of(store, server_info_url=closed_port_url())
+        try:
+            (told,) = statuses(asked, NOW).values()
+            (stood_in,) = statuses(gauges, NOW).values()
+            (fell_back,) = statuses(dead, NOW).values()
+        finally:
+            for fleet in (asked, gauges, dead):
+                fleet.close()
+    assert told.recommendation.note_codes == [] and told.scrape_errors_total["server_info"] == 0
+    assert stood_in.recommendation.note_codes == ["constants_from_pool_gauges"]
+    assert stood_in.scrape_errors_total["server_info"] == 0  # not asked: nothing failed
+    assert fell_back.recommendation.note_codes == ["constants_from_pool_gauges"]
+    assert fell_back.scrape_errors_total["server_info"] == 1
+    assert None not in (told.recommendation.token_equiv, stood_in.recommendation.token_equiv,
+                        fell_back.recommendation.token_equiv)
