@@ -175,6 +175,7 @@ class Row:
     changes_per_shift: list[int] = field(default_factory=list)
     watch_seconds: float = 0.0
     oracle_cached: bool = False
+    curve: list[tuple[float, float, float]] = field(default_factory=list)  # (ratio, SLO, raw goodput) swept
 
 
 # ------------------------------------------------------------------------------------------ simulation
@@ -389,7 +390,7 @@ def evaluate(case: Case, args: argparse.Namespace, cached: dict[str, Any] | None
         formula_raw=curve.formula[1] / best_raw if best_raw else 1.0,
         default=score(*curve.default), default_raw=curve.default[1] / best_raw if best_raw else 1.0,
         decision_changes=decision_changes(cycles), settle_minutes=settle, changes_per_shift=per_shift,
-        watch_seconds=watch_seconds, oracle_cached=cached is not None,
+        watch_seconds=watch_seconds, oracle_cached=cached is not None, curve=list(curve.points),
     )
     return row, {"points": curve.points, "formula_ratio": curve.formula_ratio, "formula": curve.formula,
                  "default": curve.default}

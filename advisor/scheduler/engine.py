@@ -43,11 +43,12 @@ events are advanced in closed form, never per token per request.
 #   scheduler finds no batch to run (scheduler.py 2050-2053, on_idle 5318).
 # - radix prefix reuse (when enabled): a group's cached prefix is matched by later requests of the group;
 #   a finished conversation turn (RequestSpec.extends_prefix) leaves its whole sequence cached for the next
-#   turn; unlocked prefixes are evicted LRU-first when the pool needs room.
+#   turn; unlocked prefixes are evicted LRU-first when the KV pool needs room, or when the state slots the
+#   running requests leave free cannot hold one recurrent state per cached prefix.
 # Simplifications: one token per page of accounting (page_size only rounds the pool), no overlap
 # scheduler lookahead, speculative decoding as `spec_accept_length` tokens per verify step with
-# the draft tokens held in KV, DCP as a KV pool of kv_tokens x dcp_size logical tokens, a prefix cache
-# that holds no state slots, and a request that cannot fit even an empty pool is aborted (SGLang would
+# the draft tokens held in KV, DCP as a KV pool of kv_tokens x dcp_size logical tokens, a cached prefix
+# matched whole or not at all, and a request that cannot fit even an empty pool is aborted (SGLang would
 # keep it waiting).
 
 from __future__ import annotations
@@ -723,6 +724,7 @@ class Simulator:
             self._staged_kv += take
         self._staged_seqs = len(staged)
         self._evict(0, self.step)
+        self._fit_cached_states()
         duration = self.cost.prefill_seconds(tokens, attention)
         self.prefill_compute_total += tokens
         used = self._used(self.step)
@@ -761,6 +763,7 @@ class Simulator:
                     self._evictable += req.prefix_tokens
                     req.kv_own -= req.prefix_tokens
                     self._lock_group(req)
+                    self._fit_cached_states()
             if req.generated >= req.target:
                 self._release_kv(req)
                 self._cache_finished(req)
@@ -791,6 +794,25 @@ class Simulator:
         self._cached[group] = tokens
         self._refs[group] = 0
         self._cached.move_to_end(group)
+        self._fit_cached_states()
+
+    def _fit_cached_states(self) -> None:
+        """A cached prefix is only matchable with the recurrent state at its end, one state slot each, and
+        those slots are what running and admitted requests leave free: allocating a request's slots evicts
+        cached states first, LRU (`mem_cache/allocation.py` 339-341 ensure_mamba_capacity,
+        `mem_cache/unified_radix_cache.py` 727-776). A prefix whose state is gone is dropped here with its KV
+        (SGLang keeps that KV evictable but can no longer match it)."""
+        room = self.split.max_mamba_cache_size - (self.n + self._staged_seqs) * self.slots_per_request
+        excess = len(self._cached) - max(room, 0)
+        if excess <= 0:
+            return
+        for group in list(self._cached):
+            if excess <= 0:
+                break
+            if self._refs.get(group, 0) == 0:
+                self._evictable -= self._cached.pop(group)
+                self._refs.pop(group, None)
+                excess -= 1
 
     def _join_running(self, req: _Req) -> None:
         slot = self._free_slots.pop()
