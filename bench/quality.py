@@ -4,7 +4,8 @@ Per row (traffic shape x server config x seed): an emulated SGLang server serves
 ratio 0.9 on loopback, and the real daemon (`Advisor`: HTTP scrapes of /metrics and /server_info, the
 SGLang-format log followed from disk, the estimator, the recommender) watches it on a clock shared with the
 emulator, one cycle per `--interval` simulated seconds. Its final recommendation is what the operator runs if
-its decision acts (raise, lower, pin), else the live 0.9 stays. The oracle is the best ratio of a fine sweep
+its decision acts (raise, lower, pin), else the live 0.9 stays; `recommended` scores its ratio as if applied
+whatever the decision, which separates the ratio's quality from the decision to act. The oracle is the best ratio of a fine sweep
 in the scheduler model over the same arrivals (an hour, after warmup).
 
 Score: SLO goodput (output tokens/s of requests whose queue time stays within the bound) as a fraction of
@@ -165,6 +166,7 @@ class Row:
     advisor_pin: int | None
     advisor: float  # score: metric at the ratio / the oracle's
     advisor_raw: float  # raw goodput fraction of the best raw
+    recommended: float  # score at the recommended ratio had it been applied whatever the decision (ratio vs gate)
     formula_ratio: float
     formula: float
     formula_raw: float
@@ -370,6 +372,10 @@ def evaluate(case: Case, args: argparse.Namespace, cached: dict[str, Any] | None
         pinned = ServingConfig(**{**server.serving.to_dict(), "max_mamba_cache_size": pin})
         split = split_pools(server.rest_bytes, pinned, server.constants, model_context_len=server.model_context_len)
         ratio = split.state_pool_bytes / split.kv_pool_bytes
+    if target is not None and pin is None and abs(target - ratio) > 1e-9:
+        at_target = run_at(server, workload, arrivals, args, ratio=float(target))
+    else:
+        at_target = result
     oracle_ratio, top = curve.best()
     best_raw = max(p[2] for p in curve.points)
     low, high = curve.width()
@@ -386,6 +392,7 @@ def evaluate(case: Case, args: argparse.Namespace, cached: dict[str, Any] | None
         advisor_ratio=ratio, advisor_target_ratio=target, advisor_decision=decision, advisor_pin=pin,
         advisor=score(result.slo_goodput_tokens_per_second, result.goodput_tokens_per_second),
         advisor_raw=result.goodput_tokens_per_second / best_raw if best_raw else 1.0,
+        recommended=score(at_target.slo_goodput_tokens_per_second, at_target.goodput_tokens_per_second),
         formula_ratio=curve.formula_ratio, formula=score(*curve.formula),
         formula_raw=curve.formula[1] / best_raw if best_raw else 1.0,
         default=score(*curve.default), default_raw=curve.default[1] / best_raw if best_raw else 1.0,
@@ -406,7 +413,7 @@ def _evaluate_job(case: Case, args: argparse.Namespace, cached: dict[str, Any] |
 
 def summary(rows: Sequence[Row]) -> dict[str, Any]:
     out: dict[str, Any] = {"rows": len(rows)}
-    for name in ("advisor", "formula", "default"):
+    for name in ("advisor", "recommended", "formula", "default"):
         scores = [getattr(r, name) for r in rows]
         out[name] = {
             "worst": min(scores),
@@ -440,15 +447,15 @@ def print_row(row: Row) -> None:
     mark = "*" if row.scored_on != "slo" else " "
     print(f"{row.shape:22s} {row.server:15s} s{row.seed} {mark}oracle r {row.oracle_ratio:6.3g} "
           f"[{row.width_low:.3g}-{row.width_high:.3g}]  advisor r {row.advisor_ratio:6.3g} {row.advisor_decision:15s} "
-          f"{row.advisor:6.1%}  formula r {row.formula_ratio:6.3g} {row.formula:6.1%}  0.9 {row.default:6.1%}  "
+          f"{row.advisor:6.1%} (rec. {row.recommended:6.1%})  formula r {row.formula_ratio:6.3g} {row.formula:6.1%}  0.9 {row.default:6.1%}  "
           f"flips {row.decision_changes}{_fmt_settle(row)}", flush=True)
 
 
 def print_summary(stats: dict[str, Any]) -> None:
     print(f"\n{stats['rows']} rows ({stats['overload_rows']} scored on raw goodput under sustained overload, marked *)")
-    for name in ("advisor", "formula", "default"):
+    for name in ("advisor", "recommended", "formula", "default"):
         s = stats[name]
-        print(f"  {name:8s} worst {s['worst']:6.1%}  mean {s['mean']:6.1%}  rows < 0.97: {s['below_0.97']:2d}  "
+        print(f"  {name:11s} worst {s['worst']:6.1%}  mean {s['mean']:6.1%}  rows < 0.97: {s['below_0.97']:2d}  "
               f"< 0.98: {s['below_0.98']:2d}  below the formula by > 0.5%: {s['below_formula_by_0.5pct']:2d}")
     settle = stats["settle_minutes_worst"]
     print(f"  regime shifts: {stats['shifts']} seen, {stats['shifts_unsettled']} never settled; settling worst "
@@ -461,18 +468,21 @@ def print_summary(stats: dict[str, Any]) -> None:
 
 def markdown(rows: Sequence[Row], stats: dict[str, Any]) -> str:
     lines = [
-        "| traffic | server | seed | oracle r (within 1%) | advisor r (decision) | advisor | formula r | formula | 0.9 |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| traffic | server | seed | oracle r (within 1%) | advisor r (decision) | advisor | recommended r if applied "
+        "| formula r | formula | 0.9 |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         mark = " (raw, overload)" if r.scored_on != "slo" else ""
         lines.append(
             f"| {r.shape}{mark} | {r.server} | {r.seed} | {r.oracle_ratio:.3g} ({r.width_low:.3g}–{r.width_high:.3g}) | "
-            f"{r.advisor_ratio:.3g} ({r.advisor_decision}) | {r.advisor:.1%} | {r.formula_ratio:.3g} | {r.formula:.1%} | "
+            f"{r.advisor_ratio:.3g} ({r.advisor_decision}) | {r.advisor:.1%} | "
+            f"{'-' if r.advisor_target_ratio is None else format(r.advisor_target_ratio, '.3g')}: {r.recommended:.1%} | "
+            f"{r.formula_ratio:.3g} | {r.formula:.1%} | "
             f"{r.default:.1%} |"
         )
     lines.append("")
-    for name in ("advisor", "formula", "default"):
+    for name in ("advisor", "recommended", "formula", "default"):
         s = stats[name]
         lines.append(f"- {name}: worst {s['worst']:.1%}, mean {s['mean']:.1%}, {s['below_0.97']} rows below 0.97, "
                      f"{s['below_0.98']} below 0.98, {s['below_formula_by_0.5pct']} more than 0.5% below the formula")
