@@ -423,7 +423,9 @@ def summary(rows: Sequence[Row]) -> dict[str, Any]:
             "below_formula_by_0.5pct": sum(getattr(r, name) < r.formula - BELOW_FORMULA for r in rows),
         }
     steady = [r for r in rows if r.shape in STEADY_SHAPES]
-    out["steady_rows_with_flapping"] = sum(r.decision_changes > 0 for r in steady)
+    out["steady_rows"] = len(steady)
+    out["steady_rows_changing_once"] = sum(r.decision_changes == 1 for r in steady)
+    out["steady_rows_flapping"] = sum(r.decision_changes >= 2 for r in steady)  # back and forth
     out["steady_decision_changes"] = sum(r.decision_changes for r in steady)
     settles = [m for r in rows for m in r.settle_minutes]
     out["shifts"] = len(settles)
@@ -462,8 +464,9 @@ def print_summary(stats: dict[str, Any]) -> None:
           f"{'-' if settle is None else f'{settle:.1f}'} min, mean "
           f"{'-' if stats['settle_minutes_mean'] is None else format(stats['settle_minutes_mean'], '.1f')} min; "
           f"at most {stats['shift_decision_changes_max']} decision changes in one shift")
-    print(f"  steady traffic: {stats['steady_rows_with_flapping']} rows changed decision "
-          f"({stats['steady_decision_changes']} changes in all)")
+    print(f"  steady traffic ({stats['steady_rows']} rows): {stats['steady_rows_changing_once']} changed "
+          f"decision once, {stats['steady_rows_flapping']} flapped (2+ changes; "
+          f"{stats['steady_decision_changes']} changes in all)")
 
 
 def markdown(rows: Sequence[Row], stats: dict[str, Any]) -> str:
