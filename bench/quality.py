@@ -1,25 +1,40 @@
-"""Recommendation quality: is the advisor worth running?
+"""Recommendation quality: does the advisor pick a ratio that serves the traffic as well as the best one?
 
-For each shipped workload: the oracle ratio and goodput from a fine sweep in the simulator; the advisor's ratio
-after watching the emulated server serve that workload at the default 0.9 through the real pipeline (HTTP
-scrapes of /metrics and /server_info, the SGLang-format log followed from disk, the estimator, the recommender);
-and goodput at the advisor's ratio, at 0.9 and at the seed's mean-L formula, each as a fraction of the oracle.
+Per row (traffic shape x server config x seed): an emulated SGLang server serves the traffic at the default
+ratio 0.9 on loopback, and the real daemon (`Advisor`: HTTP scrapes of /metrics and /server_info, the
+SGLang-format log followed from disk, the estimator, the recommender) watches it on a clock shared with the
+emulator, one cycle per `--interval` simulated seconds. Its final recommendation is what the operator runs if
+its decision acts (raise, lower, pin), else the live 0.9 stays; `recommended` scores its ratio as if applied
+whatever the decision, which separates the ratio's quality from the decision to act. The oracle is the best ratio of a fine sweep
+in the scheduler model over the same arrivals (an hour, after warmup).
 
-    python bench/quality.py                 # the table
-    python bench/quality.py --json          # one JSON object per workload
-    python bench/quality.py --state-bias 0  # what the bias knob does
+Score: SLO goodput (output tokens/s of requests whose queue time stays within the bound) as a fraction of
+the oracle's. Where no ratio meets the bound (sustained overload) the raw goodput is scored instead and the
+row says so. Each row also reports the curve's width (the ratio range within 1% of the best), the baselines
+(the seed formula r* at the mean request context, and the default 0.9), and what the advisor did during the
+watch: decision changes (flapping) and, after each regime shift, the minutes until its recommendation
+settled inside its final band.
+
+    python bench/quality.py --jobs 2                        # the table and the summary
+    python bench/quality.py --markdown                      # the README table
+    python bench/quality.py --json > quality.json           # rows and summary as one JSON object
+    python bench/quality.py --shapes steady-chat --servers default --seeds 1
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -27,198 +42,537 @@ from advisor.config import config_from_dict
 from advisor.daemon.runner import Advisor
 from advisor.model.pools import optimal_ratio_for, split_pools
 from advisor.model.serving import ServingConfig
-from advisor.scheduler.engine import SimResult, best_result, simulate
-from advisor.sim.config import SchedulerServerConfig, load_server_config
+from advisor.scheduler.engine import RequestSpec, SimResult, simulate
+from advisor.sim.clock import ManualClock
+from advisor.sim.config import SchedulerServerConfig, load_server_config, resolve_server_path
 from advisor.sim.emulator import EmulatedServer
-from advisor.sim.workload import Workload, load_workload
+from advisor.sim.workload import WORKLOADS_DIR, Workload, load_workload
 
-# (workload, emulated server config) pairs: at least eight shapes of traffic.
-SUITE = (
-    ("steady-chat", "default"),
-    ("steady-long-docs", "default"),
-    ("bimodal-chat-docs", "default"),
-    ("heavy-tail-outputs", "default"),
-    ("regime-shift", "default"),
-    ("diurnal", "default"),
-    ("doc-bursts", "default"),
-    ("overload", "default"),
-    ("spec-decode", "spec"),
-    ("dcp", "dcp8"),
-)
+ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_RATIO = 0.9
 ACTING_DECISIONS = ("raise_ratio", "lower_ratio", "pin_state_pool")
+WAITING_DECISIONS = ("insufficient_data", "inputs_stale")
+
+# The traffic every deployment sees, and what each deployment additionally serves.
+GENERAL_SHAPES = (
+    "steady-chat",
+    "rag-long-prompt",
+    "reasoning-long-output",
+    "agentic-sessions",
+    "heavy-tail-outputs",
+    "doc-bursts",
+    "bursty-mixed",
+    "bimodal-chat-docs",
+    "steady-long-docs",
+    "diurnal",
+    "regime-shift",
+    "overload",
+    "underload",
+)
+# server -> (rate factor that puts the shapes at a comparable load there, the shapes it serves)
+SERVERS: dict[str, tuple[float, tuple[str, ...]]] = {
+    "default": (1.0, GENERAL_SHAPES),
+    # ~3x slower decode and ~5x slower prefill than the TP8 node: the same shapes at ~a fifth of the rate
+    "single-gpu-moe": (0.22, GENERAL_SHAPES),
+    "spec": (
+        1.0,
+        ("spec-decode", "steady-chat", "reasoning-long-output", "agentic-sessions", "heavy-tail-outputs", "bursty-mixed"),
+    ),
+    "dcp8": (1.0, ("dcp", "rag-long-prompt", "steady-long-docs")),
+}
+# Shapes whose shipped rate overloads every deployment at its peak; the suite serves them at this share
+# (the `overload` shape is the one meant to stay beyond capacity).
+SHAPE_FACTORS = {"diurnal": 0.5, "regime-shift": 0.7}
+# Stationary traffic: any change of decision during the watch is flapping.
+STEADY_SHAPES = frozenset(
+    {
+        "steady-chat",
+        "rag-long-prompt",
+        "reasoning-long-output",
+        "agentic-sessions",
+        "heavy-tail-outputs",
+        "bimodal-chat-docs",
+        "steady-long-docs",
+        "underload",
+        "overload",
+        "spec-decode",
+        "dcp",
+    }
+)
+OVERLOAD_SLO_SHARE = 0.10  # below this share of raw goodput at its best, no ratio meets the queue bound
+WIDTH_TOLERANCE = 0.01
+BELOW_FORMULA = 0.005
+
+
+@dataclass(frozen=True)
+class Case:
+    shape: str
+    server: str
+    seed: int
+
+    @property
+    def key(self) -> str:
+        return f"{self.shape}|{self.server}|{self.seed}"
+
+
+@dataclass
+class Curve:
+    """The oracle's sweep: (ratio, SLO goodput, raw goodput) per ratio, and the baselines."""
+
+    points: list[tuple[float, float, float]]
+    formula_ratio: float
+    formula: tuple[float, float]  # (SLO, raw) goodput at the formula ratio
+    default: tuple[float, float]  # ... at 0.9
+
+    @property
+    def overloaded(self) -> bool:
+        best_slo = max(p[1] for p in self.points)
+        best_raw = max(p[2] for p in self.points)
+        return best_slo < OVERLOAD_SLO_SHARE * best_raw
+
+    def metric(self, slo: float, raw: float) -> float:
+        return raw if self.overloaded else slo
+
+    def best(self) -> tuple[float, float]:
+        """(oracle ratio, its metric): the middle (geometric) of the ratios tied at the top."""
+        values = [self.metric(p[1], p[2]) for p in self.points]
+        top = max(values)
+        tied = [p[0] for p, v in zip(self.points, values, strict=True) if v >= top * (1 - 1e-3)]
+        middle = math.exp((math.log(min(tied)) + math.log(max(tied))) / 2)
+        return min(tied, key=lambda r: abs(math.log(r / middle))), top
+
+    def width(self) -> tuple[float, float]:
+        """The ratio range within WIDTH_TOLERANCE of the best."""
+        values = [self.metric(p[1], p[2]) for p in self.points]
+        top = max(values)
+        close = [p[0] for p, v in zip(self.points, values, strict=True) if v >= top * (1 - WIDTH_TOLERANCE)]
+        return min(close), max(close)
 
 
 @dataclass
 class Row:
-    workload: str
+    shape: str
     server: str
+    seed: int
+    rate_factor: float
+    scored_on: str  # "slo" or "raw (overload: no ratio meets the queue bound)"
     oracle_ratio: float
-    oracle_goodput: float
-    advisor_ratio: float  # the ratio the operator ends up running (live 0.9 unless the advisor says change)
+    oracle_metric: float
+    width_low: float
+    width_high: float
+    advisor_ratio: float  # what the operator runs: the recommendation if it acts, else the live 0.9
     advisor_target_ratio: float | None
     advisor_decision: str
     advisor_pin: int | None
+    advisor: float  # score: metric at the ratio / the oracle's
+    advisor_raw: float  # raw goodput fraction of the best raw
+    recommended: float  # score at the recommended ratio had it been applied whatever the decision (ratio vs gate)
     formula_ratio: float
-    advisor_goodput: float
-    default_goodput: float
-    formula_goodput: float
-    watch_seconds: float
-
-    def fractions(self) -> dict[str, float]:
-        return {
-            "advisor_fraction": self.advisor_goodput / self.oracle_goodput,
-            "default_fraction": self.default_goodput / self.oracle_goodput,
-            "formula_fraction": self.formula_goodput / self.oracle_goodput,
-        }
-
-    def to_dict(self) -> dict[str, object]:
-        out: dict[str, object] = dict(vars(self))
-        out.update(self.fractions())
-        return out
+    formula: float
+    formula_raw: float
+    default: float
+    default_raw: float
+    decision_changes: int
+    settle_minutes: list[float | None] = field(default_factory=list)  # per regime shift seen in the watch
+    changes_per_shift: list[int] = field(default_factory=list)
+    watch_seconds: float = 0.0
+    oracle_cached: bool = False
+    curve: list[tuple[float, float, float]] = field(default_factory=list)  # (ratio, SLO, raw goodput) swept
 
 
-def run_at(server: SchedulerServerConfig, workload: Workload, arrivals, *, ratio: float | None = None, pin: int | None = None,
-           duration: float, warmup: float, seed: int) -> SimResult:
+# ------------------------------------------------------------------------------------------ simulation
+
+
+def server_for(case: Case) -> tuple[SchedulerServerConfig, Workload, float]:
+    factor = SERVERS[case.server][0] * SHAPE_FACTORS.get(case.shape, 1.0)
+    server = load_server_config(case.server)
+    workload = load_workload(case.shape)
+    if factor != 1.0:
+        workload = workload.scaled(factor)
+    return server, workload, factor
+
+
+def run_at(server: SchedulerServerConfig, workload: Workload, arrivals: Sequence[RequestSpec], args: argparse.Namespace,
+           *, ratio: float | None = None, pin: int | None = None) -> SimResult:
     if pin is not None:
         serving = ServingConfig(**{**server.serving.to_dict(), "max_mamba_cache_size": pin})
-        config = SchedulerServerConfig(**{**vars(server), "serving": serving})
+        config = replace(server, serving=serving)
     else:
         config = server.with_ratio(ratio if ratio is not None else server.serving.mamba_full_memory_ratio)
-    return simulate(config, workload, duration=duration, seed=seed, warmup=warmup, arrivals=arrivals)
+    return simulate(config, workload, duration=args.duration, seed=0, warmup=args.warmup, arrivals=arrivals,
+                    queue_time_bound=args.queue_bound)
 
 
-def oracle(server, workload, arrivals, *, duration, warmup, seed, points) -> tuple[float, SimResult]:
-    grid = list(np.geomspace(0.05, 60.0, points))
-    results = {r: run_at(server, workload, arrivals, ratio=r, duration=duration, warmup=warmup, seed=seed) for r in grid}
-    best = best_result(list(results.values()))
-    best_ratio = next(r for r, res in results.items() if res is best)
-    fine = list(np.geomspace(best_ratio / 1.35, best_ratio * 1.35, 9))
-    for r in fine:
-        results[r] = run_at(server, workload, arrivals, ratio=r, duration=duration, warmup=warmup, seed=seed)
-    best = best_result(list(results.values()))
-    best_ratio = next(r for r, res in results.items() if res is best)
-    return best_ratio, best
+def sweep_curve(server: SchedulerServerConfig, workload: Workload, arrivals: Sequence[RequestSpec],
+                args: argparse.Namespace) -> Curve:
+    points: dict[float, tuple[float, float]] = {}
+
+    def measure(r: float) -> None:
+        r = float(r)
+        if r not in points:
+            result = run_at(server, workload, arrivals, args, ratio=r)
+            points[r] = (result.slo_goodput_tokens_per_second, result.goodput_tokens_per_second)
+
+    for r in np.geomspace(args.min_ratio, args.max_ratio, args.points):
+        measure(r)
+    curve = Curve([(r, s, g) for r, (s, g) in sorted(points.items())], 0.0, (0, 0), (0, 0))
+    best_ratio, _ = curve.best()
+    low, high = curve.width()
+    for r in np.geomspace(min(low, best_ratio) / 1.3, max(high, best_ratio) * 1.3, args.fine_points):
+        measure(r)
+    mean_context = float(np.mean([a.input_tokens + a.output_tokens for a in arrivals]))
+    formula_ratio = optimal_ratio_for(server.serving, server.constants, mean_context)
+    formula = run_at(server, workload, arrivals, args, ratio=formula_ratio)
+    default = run_at(server, workload, arrivals, args, ratio=DEFAULT_RATIO)
+    return Curve(
+        [(r, s, g) for r, (s, g) in sorted(points.items())],
+        formula_ratio,
+        (formula.slo_goodput_tokens_per_second, formula.goodput_tokens_per_second),
+        (default.slo_goodput_tokens_per_second, default.goodput_tokens_per_second),
+    )
 
 
-def watch_with_advisor(server, workload, *, speed, minutes, state_bias, seed) -> tuple[float | None, int | None, str]:
-    """Serve at the default ratio on loopback; the real daemon pipeline watches; its final recommendation."""
-    emulated = server.with_ratio(DEFAULT_RATIO)
+# ------------------------------------------------------------------------------------------ the watch
+
+
+@dataclass
+class Cycle:
+    time: float  # simulated seconds since the emulator started
+    ratio: float | None
+    lower: float | None
+    upper: float | None
+    decision: str
+
+
+def watch(server: SchedulerServerConfig, workload: Workload, *, minutes: float, interval: float,
+          seed: int, advisor_settings: dict[str, Any] | None = None) -> tuple[list[Cycle], Any]:
+    """Serve at the default ratio on loopback; the real daemon watches on the shared clock, one cycle per
+    `interval` simulated seconds. Every cycle's recommendation, and the last one."""
+    clock = ManualClock()
+    cycles: list[Cycle] = []
+    last = None
     with tempfile.TemporaryDirectory(prefix="quality-") as tmp:
         log_path = str(Path(tmp) / "sglang.log")
-        emulator = EmulatedServer(emulated, workload, speed=speed, seed=seed, log_path=log_path, request_log_path=log_path)
+        emulator = EmulatedServer(server.with_ratio(DEFAULT_RATIO), workload, seed=seed, log_path=log_path,
+                                  request_log_path=log_path, clock=clock)
         emulator.start()
         try:
             config = config_from_dict({
                 "targets": [{"name": "bench", "url": emulator.url, "log_paths": [log_path]}],
-                "interval_seconds": 0.5, "time_scale": speed, "timeout_seconds": 5.0, "state_bias": state_bias,
+                "interval_seconds": interval, "timeout_seconds": min(5.0, interval * 0.5),
+                **(advisor_settings or {}),
             })
-            advisor = Advisor(config)
-            deadline = time.monotonic() + minutes * 60.0 / speed
-            status = None
-            while time.monotonic() < deadline:
-                statuses = advisor.run_cycle(timeout=10.0)
-                status = statuses[0] if statuses else status
-                time.sleep(0.5)
+            advisor = Advisor(config, wall_clock=clock.time)
+            elapsed = 0.0
+            while elapsed < minutes * 60.0:
+                clock.advance(interval)
+                elapsed += interval
+                emulator.sync()
+                statuses = advisor.run_cycle(timeout=30.0)
+                rec = statuses[0].recommendation if statuses else None
+                if rec is not None:
+                    last = rec
+                    cycles.append(Cycle(elapsed, rec.ratio, rec.ratio_lower, rec.ratio_upper, rec.decision))
             advisor.close()
         finally:
             emulator.stop()
-    rec = status.recommendation if status is not None else None
-    if rec is None or rec.ratio is None:
-        return None, None, rec.decision if rec else "none"
-    return rec.ratio, rec.recommended_max_mamba_cache_size, rec.decision
+    return cycles, last
 
 
-def formula_ratio(server: SchedulerServerConfig, arrivals) -> float:
-    mean_context = float(np.mean([a.input_tokens + a.output_tokens for a in arrivals]))
-    return optimal_ratio_for(server.serving, server.constants, mean_context)
+def shift_times(workload: Workload, end: float) -> list[float]:
+    """Where the traffic changes character (phase boundaries) inside (0, end)."""
+    if not workload.phases:
+        return []
+    times, t = [], 0.0
+    while True:
+        for phase in workload.phases:
+            t += phase.duration
+            if t >= end:
+                return times
+            times.append(t)
+        if not workload.phases_repeat:
+            return times
 
 
-def cached_oracle(name: str, server_name: str, server, workload, arrivals, args) -> tuple[float, float]:
-    """(oracle ratio, oracle goodput), from `--oracle-cache` when the same sweep was run before."""
-    key = f"{name}|{server_name}|{args.duration}|{args.warmup}|{args.seed}|{args.points}"
-    cache: dict[str, list[float]] = {}
-    path = Path(args.oracle_cache) if args.oracle_cache else None
-    if path is not None and path.exists():
-        cache = json.loads(path.read_text())
-    if key not in cache:
-        best_ratio, best = oracle(server, workload, arrivals, duration=args.duration, warmup=args.warmup,
-                                  seed=args.seed, points=args.points)
-        cache[key] = [best_ratio, best.goodput_tokens_per_second]
-        if path is not None:
-            path.write_text(json.dumps(cache, indent=1))
-    ratio, goodput = cache[key]
-    return ratio, goodput
+def decision_changes(cycles: Sequence[Cycle]) -> int:
+    decisions = [c.decision for c in cycles if c.decision not in WAITING_DECISIONS]
+    return sum(1 for a, b in zip(decisions, decisions[1:], strict=False) if a != b)
 
 
-def evaluate(name: str, server_name: str, args) -> Row:
-    server = load_server_config(server_name)
-    workload = load_workload(name)
-    arrivals = workload.requests(args.seed, args.duration)
-    best_ratio, best_goodput = cached_oracle(name, server_name, server, workload, arrivals, args)
+def settling(cycles: Sequence[Cycle], shifts: Sequence[float], end: float) -> tuple[list[float | None], list[int]]:
+    """Per shift: simulated minutes until the recommendation stays inside the band it ends the period in
+    (None if it never settles), and the decision changes in the period."""
+    minutes: list[float | None] = []
+    changes: list[int] = []
+    for index, start in enumerate(shifts):
+        stop = shifts[index + 1] if index + 1 < len(shifts) else end
+        period = [c for c in cycles if start < c.time <= stop and c.ratio is not None]
+        if not period:
+            minutes.append(None)
+            changes.append(0)
+            continue
+        final = period[-1]
+        assert final.ratio is not None
+        low = final.lower if final.lower is not None else final.ratio / 1.1
+        high = final.upper if final.upper is not None else final.ratio * 1.1
+        settled_at = None
+        for position, cycle in enumerate(period):
+            if all(c.ratio is not None and low <= c.ratio <= high for c in period[position:]):
+                settled_at = cycle.time
+                break
+        minutes.append(None if settled_at is None else (settled_at - start) / 60.0)
+        changes.append(decision_changes(period))
+    return minutes, changes
+
+
+# ------------------------------------------------------------------------------------------ one row
+
+
+def fingerprint(case: Case, args: argparse.Namespace) -> str:
+    """What the oracle depends on: the shape's and server's files, the scheduler model and the sweep's knobs."""
+    digest = hashlib.sha256()
+    for path in (WORKLOADS_DIR / f"{case.shape}.yaml", resolve_server_path(case.server),
+                 ROOT / "advisor" / "scheduler" / "engine.py", ROOT / "advisor" / "scheduler" / "costmodel.py",
+                 ROOT / "advisor" / "sim" / "workload.py", ROOT / "advisor" / "model" / "pools.py"):
+        digest.update(Path(path).read_bytes())
+    knobs = (SERVERS[case.server][0], SHAPE_FACTORS.get(case.shape, 1.0), args.duration, args.warmup, args.queue_bound, args.points, args.fine_points,
+             args.min_ratio, args.max_ratio)
+    digest.update(repr(knobs).encode())
+    return f"{case.key}|{digest.hexdigest()[:16]}"
+
+
+def evaluate(case: Case, args: argparse.Namespace, cached: dict[str, Any] | None) -> tuple[Row, dict[str, Any]]:
+    server, workload, factor = server_for(case)
+    arrivals = workload.requests(case.seed, args.duration)
+    if cached is not None:
+        curve = Curve([tuple(p) for p in cached["points"]], cached["formula_ratio"], tuple(cached["formula"]),
+                      tuple(cached["default"]))
+    else:
+        curve = sweep_curve(server, workload, arrivals, args)
     started = time.monotonic()
-    advisor_ratio, pin, decision = watch_with_advisor(server, workload, speed=args.speed, minutes=args.watch_minutes,
-                                                      state_bias=args.state_bias, seed=args.seed + 1)
-    watch = time.monotonic() - started
-    target_ratio = advisor_ratio
-    if advisor_ratio is None or decision not in ACTING_DECISIONS:
-        # the operator keeps the live config unless the advisor says to change it
-        advisor_ratio, pin = DEFAULT_RATIO, None
-    advisor_result = run_at(server, workload, arrivals, ratio=advisor_ratio, pin=pin, duration=args.duration,
-                            warmup=args.warmup, seed=args.seed)
+    minutes = args.watch_minutes
+    if workload.phases:
+        # see two shifts and settle after the second
+        minutes = max(minutes, (sum(p.duration for p in workload.phases) + workload.phases[0].duration) / 60.0)
+    settings = {"state_bias": args.state_bias} if args.state_bias is not None else None
+    cycles, rec = watch(server, workload, minutes=minutes, interval=args.interval, seed=case.seed + 100,
+                        advisor_settings=settings)
+    watch_seconds = time.monotonic() - started
+    decision = rec.decision if rec is not None else "none"
+    target = rec.ratio if rec is not None else None
+    pin = None
+    ratio = DEFAULT_RATIO
+    if rec is not None and decision in ACTING_DECISIONS:
+        if decision == "pin_state_pool" and rec.recommended_max_mamba_cache_size:
+            pin = int(rec.recommended_max_mamba_cache_size)
+        elif rec.ratio is not None:
+            ratio = float(rec.ratio)
+    result = run_at(server, workload, arrivals, args, ratio=ratio, pin=pin)
     if pin is not None:
         pinned = ServingConfig(**{**server.serving.to_dict(), "max_mamba_cache_size": pin})
         split = split_pools(server.rest_bytes, pinned, server.constants, model_context_len=server.model_context_len)
-        advisor_ratio = split.state_pool_bytes / split.kv_pool_bytes
-    default = run_at(server, workload, arrivals, ratio=DEFAULT_RATIO, duration=args.duration, warmup=args.warmup, seed=args.seed)
-    f_ratio = formula_ratio(server, arrivals)
-    formula = run_at(server, workload, arrivals, ratio=f_ratio, duration=args.duration, warmup=args.warmup, seed=args.seed)
-    return Row(
-        workload=name, server=server_name, oracle_ratio=best_ratio, oracle_goodput=best_goodput,
-        advisor_ratio=advisor_ratio, advisor_target_ratio=target_ratio, advisor_decision=decision, advisor_pin=pin, formula_ratio=f_ratio,
-        advisor_goodput=advisor_result.goodput_tokens_per_second, default_goodput=default.goodput_tokens_per_second,
-        formula_goodput=formula.goodput_tokens_per_second, watch_seconds=watch,
+        ratio = split.state_pool_bytes / split.kv_pool_bytes
+    if target is not None and pin is None and abs(target - ratio) > 1e-9:
+        at_target = run_at(server, workload, arrivals, args, ratio=float(target))
+    else:
+        at_target = result
+    oracle_ratio, top = curve.best()
+    best_raw = max(p[2] for p in curve.points)
+    low, high = curve.width()
+    shifts = shift_times(workload, minutes * 60.0)
+    settle, per_shift = settling(cycles, shifts, minutes * 60.0)
+
+    def score(slo: float, raw: float) -> float:
+        return curve.metric(slo, raw) / top if top > 0 else 1.0
+
+    row = Row(
+        shape=case.shape, server=case.server, seed=case.seed, rate_factor=factor,
+        scored_on="raw (overload: no ratio meets the queue bound)" if curve.overloaded else "slo",
+        oracle_ratio=oracle_ratio, oracle_metric=top, width_low=low, width_high=high,
+        advisor_ratio=ratio, advisor_target_ratio=target, advisor_decision=decision, advisor_pin=pin,
+        advisor=score(result.slo_goodput_tokens_per_second, result.goodput_tokens_per_second),
+        advisor_raw=result.goodput_tokens_per_second / best_raw if best_raw else 1.0,
+        recommended=score(at_target.slo_goodput_tokens_per_second, at_target.goodput_tokens_per_second),
+        formula_ratio=curve.formula_ratio, formula=score(*curve.formula),
+        formula_raw=curve.formula[1] / best_raw if best_raw else 1.0,
+        default=score(*curve.default), default_raw=curve.default[1] / best_raw if best_raw else 1.0,
+        decision_changes=decision_changes(cycles), settle_minutes=settle, changes_per_shift=per_shift,
+        watch_seconds=watch_seconds, oracle_cached=cached is not None, curve=list(curve.points),
     )
+    return row, {"points": curve.points, "formula_ratio": curve.formula_ratio, "formula": curve.formula,
+                 "default": curve.default}
+
+
+def _evaluate_job(case: Case, args: argparse.Namespace, cached: dict[str, Any] | None) -> tuple[Row, dict[str, Any], str]:
+    row, curve = evaluate(case, args, cached)
+    return row, curve, fingerprint(case, args)
+
+
+# ------------------------------------------------------------------------------------------ reporting
+
+
+def summary(rows: Sequence[Row]) -> dict[str, Any]:
+    out: dict[str, Any] = {"rows": len(rows)}
+    for name in ("advisor", "recommended", "formula", "default"):
+        scores = [getattr(r, name) for r in rows]
+        out[name] = {
+            "worst": min(scores),
+            "mean": float(np.mean(scores)),
+            "below_0.97": sum(s < 0.97 for s in scores),
+            "below_0.98": sum(s < 0.98 for s in scores),
+            "below_formula_by_0.5pct": sum(getattr(r, name) < r.formula - BELOW_FORMULA for r in rows),
+        }
+    steady = [r for r in rows if r.shape in STEADY_SHAPES]
+    out["steady_rows"] = len(steady)
+    out["steady_rows_changing_once"] = sum(r.decision_changes == 1 for r in steady)
+    out["steady_rows_flapping"] = sum(r.decision_changes >= 2 for r in steady)  # back and forth
+    out["steady_decision_changes"] = sum(r.decision_changes for r in steady)
+    settles = [m for r in rows for m in r.settle_minutes]
+    out["shifts"] = len(settles)
+    out["shifts_unsettled"] = sum(m is None for m in settles)
+    known = [m for m in settles if m is not None]
+    out["settle_minutes_worst"] = max(known) if known else None
+    out["settle_minutes_mean"] = float(np.mean(known)) if known else None
+    out["shift_decision_changes_max"] = max((c for r in rows for c in r.changes_per_shift), default=0)
+    out["overload_rows"] = sum(r.scored_on != "slo" for r in rows)
+    return out
+
+
+def _fmt_settle(row: Row) -> str:
+    if not row.settle_minutes:
+        return ""
+    parts = [("never" if m is None else f"{m:.1f}m") + f"/{c}ch" for m, c in zip(row.settle_minutes, row.changes_per_shift, strict=True)]
+    return " settle " + ",".join(parts)
+
+
+def print_row(row: Row) -> None:
+    mark = "*" if row.scored_on != "slo" else " "
+    print(f"{row.shape:22s} {row.server:15s} s{row.seed} {mark}oracle r {row.oracle_ratio:6.3g} "
+          f"[{row.width_low:.3g}-{row.width_high:.3g}]  advisor r {row.advisor_ratio:6.3g} {row.advisor_decision:15s} "
+          f"{row.advisor:6.1%} (rec. {row.recommended:6.1%})  formula r {row.formula_ratio:6.3g} {row.formula:6.1%}  0.9 {row.default:6.1%}  "
+          f"flips {row.decision_changes}{_fmt_settle(row)}", flush=True)
+
+
+def print_summary(stats: dict[str, Any]) -> None:
+    print(f"\n{stats['rows']} rows ({stats['overload_rows']} scored on raw goodput under sustained overload, marked *)")
+    for name in ("advisor", "recommended", "formula", "default"):
+        s = stats[name]
+        print(f"  {name:11s} worst {s['worst']:6.1%}  mean {s['mean']:6.1%}  rows < 0.97: {s['below_0.97']:2d}  "
+              f"< 0.98: {s['below_0.98']:2d}  below the formula by > 0.5%: {s['below_formula_by_0.5pct']:2d}")
+    settle = stats["settle_minutes_worst"]
+    print(f"  regime shifts: {stats['shifts']} seen, {stats['shifts_unsettled']} never settled; settling worst "
+          f"{'-' if settle is None else f'{settle:.1f}'} min, mean "
+          f"{'-' if stats['settle_minutes_mean'] is None else format(stats['settle_minutes_mean'], '.1f')} min; "
+          f"at most {stats['shift_decision_changes_max']} decision changes in one shift")
+    print(f"  steady traffic ({stats['steady_rows']} rows): {stats['steady_rows_changing_once']} changed "
+          f"decision once, {stats['steady_rows_flapping']} flapped (2+ changes; "
+          f"{stats['steady_decision_changes']} changes in all)")
+
+
+def markdown(rows: Sequence[Row], stats: dict[str, Any]) -> str:
+    lines = [
+        "| traffic | server | seed | oracle r (within 1%) | advisor r (decision) | advisor | recommended r if applied "
+        "| formula r | formula | 0.9 |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        mark = " (raw, overload)" if r.scored_on != "slo" else ""
+        lines.append(
+            f"| {r.shape}{mark} | {r.server} | {r.seed} | {r.oracle_ratio:.3g} ({r.width_low:.3g}–{r.width_high:.3g}) | "
+            f"{r.advisor_ratio:.3g} ({r.advisor_decision}) | {r.advisor:.1%} | "
+            f"{'-' if r.advisor_target_ratio is None else format(r.advisor_target_ratio, '.3g')}: {r.recommended:.1%} | "
+            f"{r.formula_ratio:.3g} | {r.formula:.1%} | "
+            f"{r.default:.1%} |"
+        )
+    lines.append("")
+    for name in ("advisor", "recommended", "formula", "default"):
+        s = stats[name]
+        lines.append(f"- {name}: worst {s['worst']:.1%}, mean {s['mean']:.1%}, {s['below_0.97']} rows below 0.97, "
+                     f"{s['below_0.98']} below 0.98, {s['below_formula_by_0.5pct']} more than 0.5% below the formula")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------ main
+
+
+def cases(args: argparse.Namespace) -> list[Case]:
+    shapes = set(args.shapes.split(",")) if args.shapes else None
+    servers = set(args.servers.split(",")) if args.servers else None
+    out = []
+    for seed in args.seeds:
+        for server, (_factor, names) in SERVERS.items():
+            if servers is not None and server not in servers:
+                continue
+            for shape in names:
+                if shapes is None or shape in shapes:
+                    out.append(Case(shape, server, seed))
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--json", action="store_true")
-    parser.add_argument("--workloads", help="comma-separated subset of the suite")
+    parser.add_argument("--json", action="store_true", help="print rows and summary as one JSON object")
+    parser.add_argument("--markdown", action="store_true", help="print the README table after the rows")
+    parser.add_argument("--shapes", help="comma-separated subset of the traffic shapes")
+    parser.add_argument("--servers", help="comma-separated subset of the server configs")
+    parser.add_argument("--seeds", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2])
+    parser.add_argument("--jobs", type=int, default=1, help="rows evaluated in parallel (processes)")
     parser.add_argument("--duration", type=float, default=3600.0, help="simulated seconds per goodput run")
     parser.add_argument("--warmup", type=float, default=300.0)
-    parser.add_argument("--points", type=int, default=25, help="coarse sweep points (then 9 fine ones)")
-    parser.add_argument("--speed", type=float, default=150.0, help="emulator speed while the advisor watches")
-    parser.add_argument("--watch-minutes", type=float, default=40.0, help="simulated minutes the advisor watches")
+    parser.add_argument("--queue-bound", type=float, default=10.0, help="queue-time bound of SLO goodput (s)")
+    parser.add_argument("--points", type=int, default=22, help="coarse sweep points")
+    parser.add_argument("--fine-points", type=int, default=9, help="fine sweep points around the best")
+    parser.add_argument("--min-ratio", type=float, default=0.1)
+    parser.add_argument("--max-ratio", type=float, default=40.0)
+    parser.add_argument("--watch-minutes", type=float, default=30.0, help="simulated minutes the advisor watches")
+    parser.add_argument("--interval", type=float, default=15.0, help="simulated seconds per advisor cycle")
     parser.add_argument("--state-bias", type=float, default=None, help="override the advisor's state_bias knob")
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--oracle-cache", metavar="FILE", help="reuse oracle sweeps across runs (e.g. a bias sweep)")
+    parser.add_argument("--oracle-cache", metavar="FILE", default=str(ROOT / "bench" / ".quality-oracle.json"),
+                        help="reuse oracle sweeps across runs ('' to disable)")
     args = parser.parse_args(argv)
-    if args.state_bias is None:
-        from advisor.config import AdvisorConfig
+    todo = cases(args)
+    if not todo:
+        print("no rows: check --shapes/--servers", file=sys.stderr)
+        return 2
+    cache_path = Path(args.oracle_cache) if args.oracle_cache else None
+    cache: dict[str, Any] = {}
+    if cache_path is not None and cache_path.exists():
+        try:
+            cache = json.loads(cache_path.read_text())
+        except (OSError, json.JSONDecodeError):
+            cache = {}
+    started = time.monotonic()
+    rows: list[Row] = []
+    order = {case.key: index for index, case in enumerate(todo)}
 
-        args.state_bias = AdvisorConfig(targets=()).state_bias
-    chosen = SUITE
-    if args.workloads:
-        wanted = set(args.workloads.split(","))
-        chosen = tuple(item for item in SUITE if item[0] in wanted)
-    rows = []
-    for name, server_name in chosen:
-        row = evaluate(name, server_name, args)
+    def collect(row: Row, curve: dict[str, Any], key: str) -> None:
         rows.append(row)
-        if args.json:
-            print(json.dumps(row.to_dict()), flush=True)
-        else:
-            f = row.fractions()
-            print(f"{name:20s} oracle r {row.oracle_ratio:7.3g}  advisor r {row.advisor_ratio:7.3g} ({row.advisor_decision:14s})  "
-                  f"formula r {row.formula_ratio:7.3g}  | goodput vs oracle: advisor {f['advisor_fraction']:6.1%}  "
-                  f"0.9 {f['default_fraction']:6.1%}  formula {f['formula_fraction']:6.1%}", flush=True)
-    if not args.json and rows:
-        advisor = [r.fractions()["advisor_fraction"] for r in rows]
-        formula_ok = all(r.fractions()["advisor_fraction"] >= r.fractions()["formula_fraction"] - 0.005 for r in rows)
-        print(f"\nstate_bias {args.state_bias:g}: advisor min {min(advisor):.1%}, mean {sum(advisor) / len(advisor):.1%}; "
-              f"never below the mean-L formula: {'yes' if formula_ok else 'no'}")
-    return 0 if rows and all(math.isfinite(r.advisor_goodput) for r in rows) else 1
+        cache[key] = curve
+        if cache_path is not None:
+            cache_path.write_text(json.dumps(cache))
+        if not args.json:
+            print_row(row)
+
+    if args.jobs > 1:
+        with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+            futures = [pool.submit(_evaluate_job, case, args, cache.get(fingerprint(case, args))) for case in todo]
+            for future in as_completed(futures):
+                collect(*future.result())
+    else:
+        for case in todo:
+            collect(*_evaluate_job(case, args, cache.get(fingerprint(case, args))))
+    rows.sort(key=lambda r: order[Case(r.shape, r.server, r.seed).key])
+    stats = summary(rows)
+    stats["wall_seconds"] = time.monotonic() - started
+    if args.json:
+        print(json.dumps({"rows": [asdict(r) for r in rows], "summary": stats}))
+    else:
+        print_summary(stats)
+        print(f"  wall {stats['wall_seconds']:.0f} s")
+        if args.markdown:
+            print()
+            print(markdown(rows, stats))
+    return 0 if all(math.isfinite(r.advisor) for r in rows) else 1
 
 
 if __name__ == "__main__":

@@ -3,33 +3,53 @@ under the two pools, and `simulate` / `sweep` / `best_result` on top of it. Deco
 events are advanced in closed form, never per token per request.
 """
 
-# What it models, with the SGLang source it follows (paths under `sglang/srt/`):
-# - admission (`managers/schedule_policy.py` PrefillAdder.add_one_req / add_chunked_req,
-#   `mem_cache/prefill_budget.py`): a request slot must be free (`max_running_requests`, the state
-#   clamp) and `extend + min(max_new - out, CLIP) + page < available + evictable - offset`, where
-#   the offset reserves `min(max_new - out, CLIP) * new_token_ratio` for every running request
-#   (`_get_running_request_total_token_offset`; CLIP = SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION = 4096)
-#   plus what this pass already admitted; prefill is chunked at `chunked_prefill_size`; a pass
-#   stops at the first request that does not fit (fcfs head-of-line) and sets `batch_is_full`,
-#   which only a leaving request clears (`managers/scheduler.py` _get_new_batch_prefill_raw);
-# - a prefill batch, when one forms, runs before decode (no mixed chunk), so a chunked long prompt
-#   stalls decode until its last chunk;
-# - decode (`managers/schedule_batch.py` check_decode_mem / retract_decode): each step allocates
-#   one token per running request; when it cannot, requests are retracted fewest-output-first,
-#   then longest-input-first (`_get_decode_retraction_order`), until the step fits: at least one,
-#   never the last (the last is aborted instead); the retracted lose their KV, keep their output
-#   and are appended to the waiting queue (`scheduler.py` _add_request_to_queue; fcfs does not
-#   re-sort), to be prefilled again from input + output;
-# - new_token_ratio (`managers/scheduler_components/new_token_ratio_tracker.py`, `environ.py`):
-#   init = min(SGLANG_INIT_NEW_TOKEN_RATIO 0.7 x schedule_conservativeness, 1), floor = init x
-#   SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR 0.14, decay (init - floor) / SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS
-#   600 per decode step without retraction; after a retraction it is set to
-#   min(1, (sum of output + SGLANG_RETRACT_DECODE_STEPS 20 x requests) / (sum of max_new + 1)) over
-#   the requests kept; reset to init whenever the scheduler is fully idle (`scheduler.py` on_idle).
+# What it models, checked line by line against SGLang 0.5.23 (paths under `sglang/srt/`):
+# - arrival (`managers/tokenizer_manager.py` 1333-1378, `managers/scheduler.py` 2693-2736 and 3231,
+#   `managers/tp_worker.py` 568-572, `mem_cache/allocator/base.py` 88-105): an input of >= context_length
+#   tokens is refused; so is a client-set max_new_tokens with input + max_new > context_length (the
+#   default --allow-auto-truncate off raises, it does not truncate); the scheduler refuses inputs of
+#   >= max_req_len - 5, max_req_len = min(context_length - 1, KV capacity - 1). A client without max_tokens
+#   sends None (`entrypoints/openai/protocol.py` 1214), read as 1 << 30; every max_new_tokens is then
+#   clipped to max_req_len - input - 1 and to the empty pool (capacity - paged input - page - 1), and that
+#   clipped value is what the reservation and the ratio after a retraction use.
+# - admission (`managers/schedule_policy.py` PrefillAdder 607-692, 785-799, 874-893, 895-940, add_chunked_req
+#   1140-1225, add_one_req 1395-1411, _select_prefill_admission 1592-1683; `mem_cache/prefill_budget.py`
+#   99-168): rem_total_tokens = available + evictable - total_offset, where total_offset starts at
+#   sum over running requests of min(max_new - output, CLIP) x new_token_ratio (CLIP =
+#   SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION 4096, `environ.py` 650) and each admitted request adds its paged
+#   extend + a page + min(max_new, CLIP) (0 for a truncated chunk); a request is admitted when
+#   extend + min(max_new - output, CLIP) + page < rem_total_tokens, its matched prefix pinned out of the
+#   evictable part (_lock_node); a pass stops at budget exhaustion (rem_chunk = chunked_prefill_size,
+#   rem_input = max_prefill_tokens) or at the first request that does not fit (fcfs, the default policy
+#   `arg_groups/fields/schedule.py` 86-102, does not sort: `schedule_policy.py` 231-235). A chunked
+#   request continues first with min(rem_chunk, rem_total_tokens) tokens (prefill_budget.py 142-145).
+# - the state clamp and batch_is_full (`managers/scheduler.py` 4027-4050, 4093-4126, 4225-4235, 4279-4284):
+#   a request slot must be free (max_running_requests, which the state pool sets); a request that finds
+#   no slot or no KV sets batch_is_full, which only a leaving request (or an empty batch) clears.
+# - a prefill batch, when one forms, runs before decode (no mixed chunk by default), so a chunked long
+#   prompt stalls decode until its last chunk.
+# - decode and retraction (`managers/scheduler.py` update_running_batch 4459-4545, `managers/schedule_batch.py`
+#   check_decode_mem 3432-3449, retract_decode 3451-3540, _get_decode_retraction_order 3542-3580): each step
+#   needs one token per running request (pages: one per request at a page boundary); when it cannot,
+#   requests are retracted fewest-output-first, then longest-input-first, at least one, until the step
+#   fits; the last one is aborted if even it cannot fit. The retracted lose their KV without entering the
+#   radix cache (release_req 2360-2392), keep their output and are appended to the waiting queue
+#   (`scheduler.py` _add_request_to_queue 3480-3495), to be prefilled again from input + output.
+# - new_token_ratio (`managers/scheduler_components/new_token_ratio_tracker.py` 21-49, `environ.py` 646-649):
+#   init = min(0.7 x schedule_conservativeness, 1), floor = init x 0.14, decay (init - floor) / 600 per
+#   decode step without retraction (scheduler.py 4542); after a retraction it is set to
+#   min(1, (sum of output + 20 x requests) / (sum of clipped max_new + 1)) over the requests kept
+#   (scheduler.py 4513; it may fall below the floor until the next decay); reset to init when the
+#   scheduler finds no batch to run (scheduler.py 2050-2053, on_idle 5318).
+# - radix prefix reuse (when enabled): a group's cached prefix is matched by later requests of the group;
+#   a finished conversation turn (RequestSpec.extends_prefix) leaves its whole sequence cached for the next
+#   turn; unlocked prefixes are evicted LRU-first when the KV pool needs room, or when the state slots the
+#   running requests leave free cannot hold one recurrent state per cached prefix.
 # Simplifications: one token per page of accounting (page_size only rounds the pool), no overlap
 # scheduler lookahead, speculative decoding as `spec_accept_length` tokens per verify step with
-# the draft tokens held in KV, DCP as a KV pool of kv_tokens x dcp_size logical tokens, and a
-# request that cannot fit even an empty pool is aborted (SGLang would keep it waiting).
+# the draft tokens held in KV, DCP as a KV pool of kv_tokens x dcp_size logical tokens, a cached prefix
+# matched whole or not at all, and a request that cannot fit even an empty pool is aborted (SGLang would
+# keep it waiting).
 
 from __future__ import annotations
 
@@ -704,6 +724,7 @@ class Simulator:
             self._staged_kv += take
         self._staged_seqs = len(staged)
         self._evict(0, self.step)
+        self._fit_cached_states()
         duration = self.cost.prefill_seconds(tokens, attention)
         self.prefill_compute_total += tokens
         used = self._used(self.step)
@@ -742,6 +763,7 @@ class Simulator:
                     self._evictable += req.prefix_tokens
                     req.kv_own -= req.prefix_tokens
                     self._lock_group(req)
+                    self._fit_cached_states()
             if req.generated >= req.target:
                 self._release_kv(req)
                 self._cache_finished(req)
@@ -772,6 +794,25 @@ class Simulator:
         self._cached[group] = tokens
         self._refs[group] = 0
         self._cached.move_to_end(group)
+        self._fit_cached_states()
+
+    def _fit_cached_states(self) -> None:
+        """A cached prefix is only matchable with the recurrent state at its end, one state slot each, and
+        those slots are what running and admitted requests leave free: allocating a request's slots evicts
+        cached states first, LRU (`mem_cache/allocation.py` 339-341 ensure_mamba_capacity,
+        `mem_cache/unified_radix_cache.py` 727-776). A prefix whose state is gone is dropped here with its KV
+        (SGLang keeps that KV evictable but can no longer match it)."""
+        room = self.split.max_mamba_cache_size - (self.n + self._staged_seqs) * self.slots_per_request
+        excess = len(self._cached) - max(room, 0)
+        if excess <= 0:
+            return
+        for group in list(self._cached):
+            if excess <= 0:
+                break
+            if self._refs.get(group, 0) == 0:
+                self._evictable -= self._cached.pop(group)
+                self._refs.pop(group, None)
+                excess -= 1
 
     def _join_running(self, req: _Req) -> None:
         slot = self._free_slots.pop()

@@ -115,3 +115,17 @@ def test_a_finished_turn_leaves_its_sequence_for_the_next_turn():
     assert [e.cached_tokens for e in _finished(events)] == [0, 0]
     fixed = [dataclasses.replace(first, extends_prefix=False), dataclasses.replace(second, extends_prefix=False)]
     assert [e.cached_tokens for e in _finished(_run(fixed, enable_radix_prefix_reuse=True))] == [0, 0]
+
+
+def test_a_cached_prefix_needs_a_free_state_slot_to_survive():
+    # Allocating a request's state slots evicts cached prefix states first (mem_cache/allocation.py 339-341,
+    # unified_radix_cache.py 727-776): on the tiny server (20 slots, S = 5) four running requests leave no
+    # slot for the first turn's state, so the second turn prefills from scratch; with one running it hits.
+    first = RequestSpec(0.0, 1000, 20, 200, "s-0", 0, extends_prefix=True)
+    second = RequestSpec(40.0, 1100, 20, 200, "s-0", 1020, extends_prefix=True)
+    busy = [RequestSpec(39.5, 100, 300, 300) for _ in range(4)]  # 4 x (100 + 300 + 1) fits the 6000 tokens
+    alone = _finished(_run([first, busy[0], second], enable_radix_prefix_reuse=True))
+    assert [e.cached_tokens for e in alone if e.prompt_tokens > 100] == [0, 1019]
+    crowded = _run([first, *busy, second], enable_radix_prefix_reuse=True)
+    assert max(p.running_requests + p.new_seqs for p in crowded if isinstance(p, PrefillBatch)) == 4
+    assert [e.cached_tokens for e in _finished(crowded) if e.prompt_tokens > 100] == [0, 0]
