@@ -189,7 +189,7 @@ def test_a_real_0_5_11_boot_log_alone_gives_the_config_that_release_ran():
 def test_store_gauges_under_dcp_count_physical_rows():
     # managers/tp_worker.py ~574-576: sglang:max_total_num_tokens is logical (rows x dcp) under DCP; the KV GB
     # hold physical rows, so bytes per token divide by tokens // dcp (kimi-linear-dcp2 sizing fixture)
-    from advisor.estimate.history import server_info_from_gauges
+    from advisor.sources.fleet_queries import server_info_from_gauges
     from advisor.sources.metrics import MetricsObservation, RankMetrics
 
     body = json.loads((FIXTURES / "sizing" / "kimi-linear-dcp2.server_info.json").read_text())
