@@ -146,7 +146,7 @@ def replay_curve(
     for r in (centre / math.sqrt(step), centre * math.sqrt(step)):
         if r not in results:
             results[r] = _run(server, picture, r, settings)
-    candidates = sorted(r for r in results if r != live_ratio or r in ratios)
+    candidates = sorted(results)  # the live ratio too: where it is as good as the best, the operator holds
     best, plateau = plateau_of(candidates)
     # Of the ratios within noise of the best, the one nearest the prior.
     chosen = min(plateau, key=lambda r: abs(math.log(r / prior_ratio)))
