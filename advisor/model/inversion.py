@@ -98,16 +98,20 @@ class _Terms:
     spent_fixed: float
 
 
+def _ring_bytes(config: ServingConfig, ring_per_request: float) -> tuple[float, float]:
+    """ReplaySSM's ring as (bytes per slot, fixed bytes): KDA rides it on every slot, GDN keeps a fixed scratch for
+    the requested running requests + 1."""
+    if not (replayssm_active(config) and ring_per_request > 0):
+        return 0.0, 0.0
+    if config.linear_family == "kda":
+        return ring_per_request, 0.0
+    return 0.0, ring_per_request * (_requested(config) + 1)
+
+
 def _ratio_terms(config: ServingConfig, cache_size: int, ring_per_request: float) -> _Terms:
     slots = slots_per_request(config)
     draft = config.draft_tokens if spec_enabled(config) else 0
-    replay = replayssm_active(config)
-    ring_slot = ring_fixed = 0.0
-    if replay and ring_per_request > 0:
-        if config.linear_family == "kda":
-            ring_slot = ring_per_request
-        else:
-            ring_fixed = ring_per_request * (_requested(config) + 1)
+    ring_slot, ring_fixed = _ring_bytes(config, ring_per_request)
     k = cache_size
     if reserves_spec_state(config):
         # K = floor((B - ps(1+D) - ring) / (ps(1+D/S) + ring)); reserved scratch ps·(min(mrr, K//S)+1)·D
@@ -135,13 +139,7 @@ def _reserved_state_bytes(config: ServingConfig, cache_size: int, per_slot: floa
     """What the state side took from the budget on the pinned and radix-off paths (persistent, scratch, rings)."""
     slots = slots_per_request(config)
     draft = config.draft_tokens if spec_enabled(config) else 0
-    replay = replayssm_active(config)
-    ring_slot = ring_fixed = 0.0
-    if replay and ring_per_request > 0:
-        if config.linear_family == "kda":
-            ring_slot = ring_per_request
-        else:
-            ring_fixed = ring_per_request * (_requested(config) + 1)
+    ring_slot, ring_fixed = _ring_bytes(config, ring_per_request)
     scratch = 0.0
     if reserves_spec_state(config):
         if config.max_mamba_cache_size is not None:
