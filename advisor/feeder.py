@@ -4,6 +4,8 @@ Pure: plain dataclasses in, plain dataclasses out. The daemon and `inspect` both
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -256,7 +258,8 @@ def exact_requests(records: Iterable[RequestRecord], time_scale: float = 1.0) ->
             continue
         finish = record.time * time_scale
         out.append(ExactRequest(arrival=finish - record.e2e_latency, input_tokens=record.prompt_tokens,
-                                output_tokens=record.completion_tokens, finish=finish))
+                                output_tokens=record.completion_tokens, finish=finish,
+                                cached_tokens=record.cached_tokens))
     return out
 
 
@@ -288,8 +291,20 @@ def scheduler_server(model: ServerModel, boot: BootInfo | None, cost: CostModel)
     if model.constants is None or model.rest_bytes is None:
         return None
     chunk = boot.chunked_prefill_size if boot is not None and boot.chunked_prefill_size else 8192
+    args = boot.server_args if boot is not None else {}
+    max_prefill = _positive_number(args.get("max_prefill_tokens"))
+    conservativeness = _positive_number(args.get("schedule_conservativeness"))
+    # The radix cache is on unless the server says --disable-radix-cache (the serving config carries that):
+    # the replay then re-decides, at each candidate ratio, which conversation prefixes stay cached.
     return SchedulerServerConfig(
         serving=model.serving, constants=model.constants, rest_bytes=model.rest_bytes,
         model_context_len=model.model_context_len, chunked_prefill_size=chunk,
-        max_prefill_tokens=max(16384, chunk), cost=cost,
+        max_prefill_tokens=int(max_prefill) if max_prefill else max(16384, chunk),
+        schedule_conservativeness=conservativeness or 1.0, enable_radix_prefix_reuse=True, cost=cost,
     )
+
+
+def _positive_number(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if value > 0 and math.isfinite(value) else None

@@ -16,10 +16,11 @@ SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION for its reservation.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -28,6 +29,9 @@ from advisor.scheduler.types import RequestSpec
 
 CHECKPOINT_VERSION = 1
 UNSET_MAX_NEW_TOKENS = 1 << 30  # the scheduler model caps it at the context, as SGLang does
+# How far below a finished turn's sequence length a later match may fall and still be that turn's prefix
+# (page rounding, the last sampled token; a larger share of very long sequences).
+PREFIX_MATCH_SLACK = 256
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,7 @@ class ExactRequest:
     output_tokens: int
     max_new_tokens: int | None = None
     finish: float | None = None  # server clock seconds; None = arrival (a record without latency)
+    cached_tokens: int = 0  # the prefix the radix cache matched (meta_info cached_tokens); 0 when unknown
 
 
 @dataclass(frozen=True)
@@ -111,6 +116,60 @@ def _sample_lengths(rng: np.random.Generator, bounds: Sequence[float], counts: S
     if mean > 0 and values.mean() > 0:
         values *= mean / values.mean()
     return np.maximum(1.0, np.round(values))
+
+
+def prefix_groups(records: Sequence[ExactRequest], requests: Sequence[RequestSpec]) -> list[RequestSpec]:
+    """The radix reuse the records show, as the scheduler model's prefix groups (`records` and `requests` alike,
+    by arrival). A request whose matched prefix (`cached_tokens`) is the whole sequence of a request that
+    finished before it arrived (input + output, less the last sampled token, page-rounded down) is that
+    conversation's next turn: it joins the earlier one's group, which leaves its sequence cached when it
+    finishes (SGLang's cache_finished_req). Any other matched prefix is a fixed shared one (a system prompt):
+    the requests matching the same length share it. The model then re-decides, at each candidate ratio, what
+    stays cached and what is evicted; records without cached counts replay without reuse."""
+    if not any(r.cached_tokens > 0 for r in records):
+        return list(requests)
+    group: list[str | None] = [None] * len(records)
+    prefix = [0] * len(records)
+    extends = [False] * len(records)
+    finishing = sorted(range(len(records)), key=lambda k: _finish_of(records[k]))
+    released = 0
+    open_totals: list[tuple[int, float, int]] = []  # (sequence length, finish, index) of unclaimed turns
+    for j, record in enumerate(records):
+        while released < len(finishing) and _finish_of(records[finishing[released]]) <= record.arrival:
+            k = finishing[released]
+            bisect.insort(open_totals, (records[k].input_tokens + records[k].output_tokens, _finish_of(records[k]), k))
+            released += 1
+        cached = record.cached_tokens
+        if cached <= 0:
+            continue
+        # the previous turn: its sequence (minus the last token) rounded down to a page is what matched
+        # (the closest such sequence; of equal ones, the turn that finished last)
+        low = bisect.bisect_left(open_totals, (cached + 1, -math.inf, -1))
+        high = bisect.bisect_right(open_totals, (cached + max(PREFIX_MATCH_SLACK, cached // 50), math.inf, 1 << 62))
+        match = None
+        if low < high:
+            closest = open_totals[low][0]
+            match = max((m for m in range(low, high) if open_totals[m][0] == closest), key=lambda m: open_totals[m][1])
+        if match is not None and open_totals[match][0] - 1 < record.input_tokens:
+            total, _, k = open_totals.pop(match)
+            if group[k] is None:
+                group[k], extends[k] = f"turns-{k}", True
+            group[j] = group[k] if extends[k] else f"turns-{k}"
+            prefix[j] = total - 1
+        else:
+            group[j], prefix[j] = f"shared-{cached}", cached
+        if group[j] is not None and group[j].startswith("turns-"):
+            extends[j] = True
+    return [
+        RequestSpec(spec.time, spec.input_tokens, spec.output_tokens, spec.max_new_tokens, group[k],
+                    min(prefix[k], spec.input_tokens - 1), extends_prefix=extends[k])
+        if group[k] is not None else spec
+        for k, spec in enumerate(requests)
+    ]
+
+
+def _finish_of(record: ExactRequest) -> float:
+    return record.arrival if record.finish is None else record.finish
 
 
 class TrafficEstimator:
@@ -177,8 +236,7 @@ class TrafficEstimator:
         # The most recent requests only, from the first of them (what ran before is not replayed).
         kept = picture.requests[-self.settings.max_replay_requests:]
         start = kept[0].time
-        shifted = [RequestSpec(r.time - start, r.input_tokens, r.output_tokens, r.max_new_tokens, r.prefix_group,
-                               r.prefix_tokens) for r in kept]
+        shifted = [replace(r, time=r.time - start) for r in kept]
         return TrafficPicture(requests=shifted, window_seconds=max(picture.window_seconds - start, 1.0),
                               source=picture.source)
 
@@ -204,6 +262,7 @@ class TrafficEstimator:
                         max(r.max_new_tokens or UNSET_MAX_NEW_TOKENS, max(1, r.output_tokens)))
             for r in records
         ]
+        requests = prefix_groups(records, requests)
         return TrafficPicture(requests=requests, window_seconds=max(span, 1.0), source="request_log")
 
     def _exact_covers_history(self, span: float) -> bool:
@@ -256,7 +315,8 @@ class TrafficEstimator:
             "version": CHECKPOINT_VERSION,
             "settings": asdict(self.settings),
             "bins": [asdict(b) for b in self.bins],
-            "exact": [[r.arrival, r.input_tokens, r.output_tokens, r.max_new_tokens, r.finish] for r in self.exact],
+            "exact": [[r.arrival, r.input_tokens, r.output_tokens, r.max_new_tokens, r.finish, r.cached_tokens]
+                      for r in self.exact],
             "last_in_system": self.last_in_system,
             "last_time": self.last_time,
         }
@@ -269,8 +329,9 @@ class TrafficEstimator:
         estimator = cls(TrafficSettings(**data["settings"]))
         estimator.bins = deque(TrafficBin(**b) for b in data["bins"])
         estimator.exact = deque(
-            ExactRequest(float(a), int(i), int(o), None if m is None else int(m), None if f is None else float(f))
-            for a, i, o, m, f in data["exact"]
+            ExactRequest(float(a), int(i), int(o), None if m is None else int(m), None if f is None else float(f),
+                         int(rest[0]) if rest else 0)
+            for a, i, o, m, f, *rest in data["exact"]
         )
         estimator.newest_arrival = max((r.arrival for r in estimator.exact), default=None)
         for name in ("last_in_system", "last_time"):

@@ -1,5 +1,7 @@
 """The traffic picture: what a replay is fed, from request logs or from per-interval metrics."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -91,3 +93,49 @@ def test_exact_arrivals_are_replayed_only_where_every_one_has_finished():
     assert picture is not None and picture.source == "request_log"
     # arrivals from 50 (the first finish) to 449 - 50 (the last finish less the 98th percentile latency, 50)
     assert len(picture.requests) == 350 and picture.requests[0].time == 0.0
+
+
+def _session_records(sessions: int, turns: int, *, system_prompt: int = 0) -> list[ExactRequest]:
+    """Interleaved conversations as a radix-cached server logs them: each turn resends the last turn's whole
+    sequence plus 300 new tokens and matches that sequence less its last token, rounded down to a 16-token page;
+    a first turn matches only the shared system prompt (if any)."""
+    records = []
+    for session in range(sessions):
+        context, t = 0, float(session)
+        for turn in range(turns):
+            input_tokens = max(context, system_prompt) + 300
+            cached = (context - 1) // 16 * 16 if context else system_prompt
+            records.append(ExactRequest(arrival=t, input_tokens=input_tokens, output_tokens=50 + 40 * session,
+                                        finish=t + 5.0, cached_tokens=cached))
+            context = input_tokens + 50 + 40 * session
+            t += 10.0
+    return sorted(records, key=lambda r: r.arrival)
+
+
+def test_conversation_turns_become_the_prefix_groups_the_replay_caches():
+    traffic = TrafficEstimator(TrafficSettings(window_seconds=100))
+    traffic.observe_requests(_session_records(sessions=5, turns=8, system_prompt=1024))
+    traffic.observe_requests([ExactRequest(arrival=-10.0, input_tokens=10, output_tokens=1, finish=0.0)])
+    picture = traffic.picture()
+    assert picture is not None and picture.source == "request_log"
+    by_group: dict[str, list] = {}
+    for spec in picture.requests:
+        by_group.setdefault(spec.prefix_group, []).append(spec)
+    turn_groups = {g: specs for g, specs in by_group.items() if g and g.startswith("turns-")}
+    # every conversation is one group; its turns chain: each prefix is the previous turn's sequence less a token
+    assert len(turn_groups) == 5
+    for specs in turn_groups.values():
+        assert all(s.extends_prefix for s in specs)
+        for earlier, later in zip(specs, specs[1:], strict=False):
+            assert later.prefix_tokens == earlier.input_tokens + earlier.output_tokens - 1
+    # the first turns share the system prompt
+    assert [len(v) for k, v in by_group.items() if k == "shared-1024"] == [5]
+
+
+def test_records_without_cached_counts_replay_without_reuse():
+    traffic = TrafficEstimator(TrafficSettings(window_seconds=100))
+    traffic.observe_requests([replace(r, cached_tokens=0) for r in _session_records(sessions=3, turns=5)])
+    picture = traffic.picture()
+    assert picture is not None and all(r.prefix_group is None for r in picture.requests)
+    restored = TrafficEstimator.from_dict(traffic.to_dict())
+    assert restored.picture() == picture

@@ -201,3 +201,22 @@ def test_store_gauges_under_dcp_count_physical_rows():
     boot = read_boot_log(FIXTURES / "sizing" / "kimi-linear-dcp2.log")
     assert constants.kv_bytes_per_token == pytest.approx(boot.constants().kv_bytes_per_token, rel=0.001)
     assert constants.state_bytes_per_slot == pytest.approx(boot.constants().state_bytes_per_slot, rel=0.01)
+
+
+def test_the_replays_scheduler_keeps_the_servers_radix_cache_and_admission_budgets():
+    """The what-if replay must cache conversation prefixes as the server does (radix on unless disabled) and
+    admit with the server's own prefill budgets and conservativeness."""
+    from advisor.feeder import scheduler_server
+    from advisor.scheduler.costmodel import CostModel
+
+    info, boot = _info(), _boot()
+    model = server_model(serving_config_of(info, boot), info, boot, None)
+    boot.server_args.update(max_prefill_tokens=32768, schedule_conservativeness=0.5)
+    server = scheduler_server(model, boot, CostModel())
+    assert server is not None and server.enable_radix_prefix_reuse
+    assert server.max_prefill_tokens == 32768 and server.schedule_conservativeness == 0.5
+    assert server.chunked_prefill_size == boot.chunked_prefill_size
+    boot.server_args.update(max_prefill_tokens="lots", schedule_conservativeness=-1)
+    fallback = scheduler_server(model, boot, CostModel())
+    assert fallback is not None and fallback.max_prefill_tokens == max(16384, boot.chunked_prefill_size)
+    assert fallback.schedule_conservativeness == 1.0
