@@ -5,7 +5,6 @@ Pure: plain dataclasses in, plain dataclasses out. The daemon and `inspect` both
 from __future__ import annotations
 
 import math
-
 from collections.abc import Iterable
 from dataclasses import dataclass
 

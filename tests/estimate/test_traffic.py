@@ -102,7 +102,7 @@ def _session_records(sessions: int, turns: int, *, system_prompt: int = 0) -> li
     records = []
     for session in range(sessions):
         context, t = 0, float(session)
-        for turn in range(turns):
+        for _turn in range(turns):
             input_tokens = max(context, system_prompt) + 300
             cached = (context - 1) // 16 * 16 if context else system_prompt
             records.append(ExactRequest(arrival=t, input_tokens=input_tokens, output_tokens=50 + 40 * session,
