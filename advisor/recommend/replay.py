@@ -5,8 +5,11 @@ simulated goodput curve.
 Each candidate is scored by the mean of raw goodput (output tokens/s served) and SLO goodput (tokens/s of requests
 queued within a bound): a state-bound split pays for the queue it builds, a KV-bound one for its retractions and
 requeues, and near capacity, where the SLO figure flips with the realisation of the arrivals, the raw half keeps
-the score steady. Where the curve is flat within the replay's noise, the prior decides: the candidate nearest r*
+the score steady. Where the curve is flat within the replay's noise, the prior decides: the ratio nearest r*
 (which carries the insurance for the state pool's hard failure), never the plateau's lowest or highest ratio.
+The replayed window is one realisation of the traffic and its plateau is wider than the traffic's own (a short
+window holds fewer of the bursts that end it), so the choice keeps a margin of `edge_margin` inside the plateau's
+ends: the prior clipped into the plateau shrunk by that factor at each end.
 """
 
 from __future__ import annotations
@@ -28,13 +31,15 @@ class ReplaySettings:
     queue_time_bound: float = DEFAULT_QUEUE_TIME_BOUND
     span: float = 3.0  # candidates from prior / span to prior * span
     points: int = 5  # on a geometric grid from prior / span to prior * span, then two refining points
-    flat_tolerance: float = 0.01  # a plateau is within this share of the best (plus the replay's own noise)
+    flat_tolerance: float = 0.0075  # a plateau is within this share of the best (plus the replay's own noise)
+    # The chosen ratio stays this factor inside the plateau's ends (the geometric middle of a narrower plateau).
+    edge_margin: float = 1.5
     warmup_fraction: float = 0.1  # the replay starts empty: the first part of the window only fills it
     min_requests: int = 50
 
     def __post_init__(self) -> None:
-        if not self.span > 1 or self.points < 3 or not 0 <= self.warmup_fraction < 1:
-            raise ValueError("replay: span must be > 1, points >= 3, warmup_fraction in [0, 1)")
+        if not self.span > 1 or self.points < 3 or not 0 <= self.warmup_fraction < 1 or self.edge_margin < 1:
+            raise ValueError("replay: span must be > 1, points >= 3, warmup_fraction in [0, 1), edge_margin >= 1")
 
 
 @dataclass(frozen=True)
@@ -112,6 +117,21 @@ class _PictureSource:
         return [r for r in self.picture.requests if r.time < duration]
 
 
+def ratio_on_plateau(lower: float, upper: float, prior: float, margin: float) -> float:
+    """The prior clipped into the plateau [lower, upper] less `margin` at each end (the plateau's geometric middle
+    when it is narrower than that): where the curve is flat the prior decides, never an end."""
+    inner_low, inner_high = lower * margin, upper / margin
+    if inner_low > inner_high:
+        inner_low = inner_high = math.sqrt(lower * upper)
+    return min(max(prior, inner_low), inner_high)
+
+
+def _interpolated(scores: dict[float, float], ratio: float) -> float:
+    """The score at `ratio`, linear in log r between the candidates around it."""
+    ratios = sorted(scores)
+    return float(np.interp(math.log(ratio), [math.log(r) for r in ratios], [scores[r] for r in ratios]))
+
+
 def replay_curve(
     server: SchedulerServerConfig,
     picture: TrafficPicture,
@@ -136,22 +156,28 @@ def replay_curve(
         return _score(results[r])
 
     def plateau_of(candidates: list[float]) -> tuple[float, list[float]]:
-        """(the best candidate, the candidates within the replay's noise of it)."""
+        """(the best candidate, the contiguous run of candidates around it within the replay's noise of it)."""
         best = max(candidates, key=score)
-        tolerance = max(settings.flat_tolerance, 0.5 / math.sqrt(max(1, results[best].completed_requests)))
-        return best, sorted(r for r in candidates if score(r) >= score(best) * (1.0 - tolerance))
+        tolerance = max(settings.flat_tolerance, 0.25 / math.sqrt(max(1, results[best].completed_requests)))
+        floor = score(best) * (1.0 - tolerance)
+        low = high = candidates.index(best)
+        while low > 0 and score(candidates[low - 1]) >= floor:
+            low -= 1
+        while high < len(candidates) - 1 and score(candidates[high + 1]) >= floor:
+            high += 1
+        return best, candidates[low:high + 1]
 
-    _, plateau = plateau_of(ratios)
-    centre = min(plateau, key=lambda r: abs(math.log(r / prior_ratio)))
-    for r in (centre / math.sqrt(step), centre * math.sqrt(step)):
-        if r not in results:
+    _, plateau = plateau_of(sorted(results))
+    # Refine just outside the plateau's ends, where the curve leaves it.
+    for r in (plateau[0] / math.sqrt(step), plateau[-1] * math.sqrt(step)):
+        if r not in results and (min(ratios) / step <= r <= max(ratios) * step):
             results[r] = _run(server, picture, r, settings)
     candidates = sorted(results)  # the live ratio too: where it is as good as the best, the operator holds
     best, plateau = plateau_of(candidates)
-    # Of the ratios within noise of the best, the one nearest the prior.
-    chosen = min(plateau, key=lambda r: abs(math.log(r / prior_ratio)))
+    chosen = ratio_on_plateau(plateau[0], plateau[-1], prior_ratio, settings.edge_margin)
     metric = "goodput_score"
     scores = {r: score(r) for r in results}
+    chosen_goodput = _interpolated(scores, chosen)
 
     points = [
         CurvePoint(
@@ -167,7 +193,7 @@ def replay_curve(
         points=points, chosen_ratio=chosen, best_ratio=best, prior_ratio=prior_ratio,
         width_lower=plateau[0], width_upper=plateau[-1], flat=len(plateau) > 1, metric=metric,
         requests=len(picture.requests), window_seconds=picture.window_seconds, source=picture.source,
-        live_goodput=scores.get(live_ratio) if live_ratio is not None else None, chosen_goodput=scores[chosen],
+        live_goodput=scores.get(live_ratio) if live_ratio is not None else None, chosen_goodput=chosen_goodput,
         step_time=server.cost.to_dict(),
     )
 

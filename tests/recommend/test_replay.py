@@ -1,11 +1,11 @@
 """The what-if replay: the observed traffic through the scheduler model at candidate ratios."""
 
-
+import math
 
 import pytest
 
 from advisor.estimate.traffic import TrafficPicture
-from advisor.recommend.replay import replay_curve
+from advisor.recommend.replay import ratio_on_plateau, replay_curve
 from advisor.scheduler.engine import simulate
 from advisor.scheduler.types import RequestSpec
 from advisor.sim.config import load_server_config
@@ -30,7 +30,8 @@ def test_near_capacity_the_replay_leaves_the_state_bound_default_for_a_ratio_tha
     by_ratio = {p.ratio: p for p in curve.points}
     assert by_ratio[0.5].state_bound_fraction > 0.9  # the live split queues on its clamp
     assert curve.gain is not None and curve.gain > 1.05
-    chosen = by_ratio[curve.chosen_ratio]
+    chosen = by_ratio[min(by_ratio, key=lambda r: abs(math.log(r / curve.chosen_ratio)))]
+    assert curve.width_lower < curve.chosen_ratio < curve.width_upper
     assert chosen.raw_goodput >= max(p.raw_goodput for p in curve.points) * 0.98
     # the choice holds on traffic the replay did not see (another draw of the same process)
     unseen = workload.requests(5, 900)
@@ -55,3 +56,17 @@ def test_too_few_requests_give_no_curve():
     server = load_server_config("default")
     picture = TrafficPicture([RequestSpec(float(t), 100, 10, 100) for t in range(10)], 60.0, "test")
     assert replay_curve(server, picture, prior_ratio=2.0, live_ratio=0.9) is None
+
+
+@pytest.mark.parametrize(
+    ("lower", "upper", "prior", "chosen"),
+    [
+        (1.0, 10.0, 4.0, 4.0),  # inside: the prior itself
+        (1.0, 10.0, 9.0, 10.0 / 1.5),  # near the upper end, where the curve falls: kept a margin inside it
+        (1.0, 10.0, 0.2, 1.5),  # below the plateau: its lower end plus the margin, not the end itself
+        (2.0, 2.5, 9.0, math.sqrt(5.0)),  # narrower than the margins: its geometric middle
+        (3.0, 3.0, 1.0, 3.0),  # a single best point
+    ],
+)
+def test_the_prior_decides_on_the_plateau_but_never_at_its_end(lower, upper, prior, chosen):
+    assert ratio_on_plateau(lower, upper, prior, 1.5) == pytest.approx(chosen)
