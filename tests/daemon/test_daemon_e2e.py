@@ -154,7 +154,10 @@ def test_sigterm_flushes_the_checkpoint_and_exits_0(emulator, tmp_path):
     port = free_loopback_port()
     daemon = start_daemon(tmp_path, server.url, log_path, port)
     wait_for_requests(port, 100)
-    mtime_before = os.stat(tmp_path / "ckpt.json").st_mtime_ns
+    # /status is published at the end of a cycle, its checkpoint written just after: wait for that write
+    checkpoint = tmp_path / "ckpt.json"
+    wait_for(checkpoint.exists, 20.0, what="the first checkpoint")
+    mtime_before = os.stat(checkpoint).st_mtime_ns
     daemon.send_signal(signal.SIGTERM)
     out, err = daemon.communicate(timeout=20)
     assert daemon.returncode == 0, err
