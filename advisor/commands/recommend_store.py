@@ -96,6 +96,8 @@ def status_row(status: TargetStatus) -> dict[str, Any]:
         "flag_line": rec.flag_line if rec else None, "reason": rec.reason if rec else None,
         "notes": list(rec.notes) if rec else [], "note_codes": list(rec.note_codes) if rec else [],
         "confidence": rec.confidence if rec else None, "replay_source": rec.replay_source if rec else None,
+        "predicted_goodput_gain_ratio": rec.predicted_goodput_gain_ratio if rec else None,
+        "goodput_plateau": list(rec.goodput_plateau) if rec and rec.goodput_plateau else None,
         "effective_context_length": status.workload.effective_context_length,
         "requests_observed": status.workload.requests_observed, "history_seconds": status.workload.history_seconds,
         "state_pool_saturation_ratio": status.workload.state_pool_saturation_ratio,

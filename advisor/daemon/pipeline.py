@@ -7,6 +7,7 @@ estimate stays and is marked stale. Nothing here raises out of `run`.
 
 from __future__ import annotations
 
+import math
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -218,6 +219,7 @@ class ServerPipeline:
         self.uses_decode_lines = False
         self.replay_result: ReplayCurve | None = None
         self.replay_time: float | None = None
+        self.replay_live_ratio: float | None = None  # the live ratio the last replay compared against
         self.last_scrape_now: float | None = None  # when the previous good scrape was taken (advisor clock)
         self._serving_error = ""
         if target.boot_log:
@@ -435,7 +437,11 @@ class ServerPipeline:
         interval = self.config.replay_interval_seconds
         if interval <= 0:
             return None
-        if self.replay_time is not None and now - self.replay_time < interval and self.replay_result is not None:
+        live = live_ratio_of(model)
+        # Reused between intervals, unless the server restarted with another split (its gain was against the old one).
+        same_live = live is not None and self.replay_live_ratio is not None and math.isclose(live, self.replay_live_ratio)
+        if (self.replay_time is not None and now - self.replay_time < interval and self.replay_result is not None
+                and same_live):
             return self.replay_result
         prior = prior_ratio(model, picture, self.recommender_settings)
         step_time = self.server_state.step_time
@@ -447,11 +453,11 @@ class ServerPipeline:
         if server is None:
             return self.replay_result
         try:
-            self.replay_result = replay_curve(server, traffic, prior_ratio=prior, live_ratio=live_ratio_of(model))
+            self.replay_result = replay_curve(server, traffic, prior_ratio=prior, live_ratio=live)
         except (ValueError, ZeroDivisionError) as exc:
             self.ledger.count("internal", f"replay failed: {exc}")
             return self.replay_result
-        self.replay_time = now
+        self.replay_time, self.replay_live_ratio = now, live
         return self.replay_result
 
     def close(self) -> None:

@@ -224,9 +224,10 @@ def _recommend(
         # The replayed curve decides; its plateau (the ratios within its noise of the best) is the hold band.
         target = replay.chosen_ratio
         factor = target / r_center
-        rec.ratio_lower, rec.ratio_upper = min(replay.width_lower, target), max(replay.width_upper, target)
+        rec.ratio_lower, rec.ratio_upper = replay.hold_lower, replay.hold_upper
         rec.predicted_goodput_gain_ratio = replay.gain
         rec.goodput_curve_width_ratio = replay.width_ratio
+        rec.goodput_plateau = (replay.width_lower, replay.width_upper)
         rec.goodput_curve = [(p.ratio, p.goodput) for p in replay.points]
         rec.replay_metric = replay.metric
         rec.replay_requests, rec.replay_window_seconds = replay.requests, replay.window_seconds
@@ -271,7 +272,9 @@ def _recommend(
     gain: float | None
     balanced_gain: float | None
     if replay is not None and replay.gain is not None:
-        gain, balanced_gain, min_gain = replay.gain, None, settings.min_goodput_gain
+        # The plain gain on the observed traffic, or the margin-robust one for a live ratio next to a cliff.
+        gain = max(g for g in (replay.gain, replay.robust_gain) if g is not None)
+        balanced_gain, min_gain = None, settings.min_goodput_gain
         # Hysteresis: a move already advised in this direction stands until its gain falls below half the bar,
         # so a gain hovering at the threshold does not flip the decision every replay.
         direction = "raise_ratio" if live_ratio is not None and target > live_ratio else "lower_ratio"
@@ -287,6 +290,12 @@ def _recommend(
         gain=gain, balanced_gain=balanced_gain, min_gain=min_gain,
     )
     rec.decision, rec.reason_code = decision.decision, decision.reason_code
+    robust_gain = replay.robust_gain if replay is not None else None
+    if decision.decision in ("raise_ratio", "lower_ratio") and robust_gain and replay and robust_gain > (replay.gain or 0):
+        notes.append(
+            f"the live r {live_ratio:.3g} sits close to where the replayed goodput falls off: r {target:.3g} gains "
+            f"{(robust_gain - 1) * 100:+.1f}% in the worst case within the replay's margin"
+        )
     rec.reason = _reason(rec, summary, serving, constants, context, r_center, bias, factor, spikiness, nudge, settings)
     pin = rec.recommended_max_mamba_cache_size
     rec.flag_line = flag_line(target, pin, mfs)

@@ -72,6 +72,13 @@ class ReplayCurve:
     live_goodput: float | None  # at the live ratio, when given
     chosen_goodput: float
     step_time: dict[str, float]  # the cost model the replay stepped with (fitted to this server)
+    # The hold band: the plateau less the edge margin at each end (always holding the chosen ratio).
+    hold_lower: float
+    hold_upper: float
+    # The worst score within the edge margin of a ratio (the curve's value had the plateau's ends been a margin
+    # off): a live ratio that serves well only because it sits just inside a cliff scores low here.
+    live_robust_goodput: float | None
+    chosen_robust_goodput: float | None
 
     @property
     def gain(self) -> float | None:
@@ -79,6 +86,14 @@ class ReplayCurve:
         if self.live_goodput is None or self.live_goodput <= 0:
             return None
         return self.chosen_goodput / self.live_goodput
+
+    @property
+    def robust_gain(self) -> float | None:
+        """The chosen ratio's worst score within the margin over the live ratio's: the value of moving away from a
+        cliff the live ratio sits next to, even where the observed traffic happened not to fall off it."""
+        if not self.live_robust_goodput or self.chosen_robust_goodput is None:
+            return None
+        return self.chosen_robust_goodput / self.live_robust_goodput
 
     @property
     def width_ratio(self) -> float:
@@ -127,7 +142,7 @@ def ratio_on_plateau(lower: float, upper: float, prior: float, margin: float) ->
 
 
 def _interpolated(scores: dict[float, float], ratio: float) -> float:
-    """The score at `ratio`, linear in log r between the candidates around it."""
+    """The score at `ratio`, linear in log r between the candidates around it (the nearest end's beyond them)."""
     ratios = sorted(scores)
     return float(np.interp(math.log(ratio), [math.log(r) for r in ratios], [scores[r] for r in ratios]))
 
@@ -178,6 +193,12 @@ def replay_curve(
     metric = "goodput_score"
     scores = {r: score(r) for r in results}
     chosen_goodput = _interpolated(scores, chosen)
+    hold_lower = min(plateau[0] * settings.edge_margin, chosen)
+    hold_upper = max(plateau[-1] / settings.edge_margin, chosen)
+
+    def robust(r: float) -> float:
+        return min(_interpolated(scores, r / settings.edge_margin), _interpolated(scores, r),
+                   _interpolated(scores, r * settings.edge_margin))
 
     points = [
         CurvePoint(
@@ -194,6 +215,8 @@ def replay_curve(
         width_lower=plateau[0], width_upper=plateau[-1], flat=len(plateau) > 1, metric=metric,
         requests=len(picture.requests), window_seconds=picture.window_seconds, source=picture.source,
         live_goodput=scores.get(live_ratio) if live_ratio is not None else None, chosen_goodput=chosen_goodput,
-        step_time=server.cost.to_dict(),
+        step_time=server.cost.to_dict(), hold_lower=hold_lower, hold_upper=hold_upper,
+        live_robust_goodput=robust(live_ratio) if live_ratio is not None and live_ratio > 0 else None,
+        chosen_robust_goodput=robust(chosen),
     )
 

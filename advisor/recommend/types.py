@@ -51,6 +51,7 @@ class Recommendation:
     # the what-if replay, when the traffic could be replayed
     predicted_goodput_gain_ratio: float | None = None  # replayed goodput at the recommended r over the live r
     goodput_curve_width_ratio: float | None = None  # upper / lower end of the r range within noise of the best
+    goodput_plateau: tuple[float, float] | None = None  # that r range (ratio_lower/upper: it less the edge margin)
     goodput_curve: list[tuple[float, float]] = field(default_factory=list)  # (r, replayed goodput tokens/s)
     replay_metric: str | None = None  # what the curve's goodput is: "goodput_score" = (raw + SLO goodput) / 2
     replay_requests: int | None = None  # requests replayed, over replay_window_seconds, from replay_source

@@ -72,9 +72,11 @@ def test_restart_with_a_new_ratio_rederives(stepped, tmp_path):
     before = cycles(advisor, server, clock, 12)
     assert before.recommendation.live_ratio == pytest.approx(0.9)
     assert before.recommendation.decision == "raise_ratio"
-    requests.post(f"{server.url}/_emulator/restart?ratio=8", timeout=5).raise_for_status()
+    # the operator applies the advice: the advisor re-derives the pools at the new split and holds there
+    applied = round(before.recommendation.ratio, 2)
+    requests.post(f"{server.url}/_emulator/restart?ratio={applied}", timeout=5).raise_for_status()
     after = cycles(advisor, server, clock, 8)
-    assert after.recommendation.live_ratio == pytest.approx(8.0)
+    assert after.recommendation.live_ratio == pytest.approx(applied)
     assert after.recommendation.predicted_max_running_requests_live > before.recommendation.predicted_max_running_requests_live
     assert after.recommendation.decision == "hold", after.recommendation.reason
     assert after.recommendation.reason_code in ("inside_bounds", "gain_below_threshold")

@@ -170,7 +170,9 @@ def test_goodput_chart_draws_the_replayed_curve_with_live_and_recommended_r(watc
     texts = _texts(chart)
     assert f"live r {rec.live_ratio:.3g}" in texts and f"recommended r {rec.ratio:.3g}" in texts
     assert len(list(chart.iter(f"{SVG_NS}circle"))) == len(rec.goodput_curve)  # one mark per replayed ratio
-    # the recommended r and the curve's best both sit on the plateau the replay found (its hold band)
+    # the recommended r and the curve's best both sit on the plateau the replay found; the hold band lies inside it
     best_ratio = max(rec.goodput_curve, key=lambda point: point[1])[0]
-    assert rec.ratio in dict(rec.goodput_curve)
-    assert rec.ratio_lower <= best_ratio <= rec.ratio_upper and rec.ratio_lower <= rec.ratio <= rec.ratio_upper
+    assert rec.goodput_plateau is not None
+    plateau_low, plateau_high = rec.goodput_plateau
+    assert plateau_low <= best_ratio <= plateau_high and plateau_low <= rec.ratio <= plateau_high
+    assert plateau_low <= rec.ratio_lower <= rec.ratio <= rec.ratio_upper <= plateau_high

@@ -167,17 +167,25 @@ def test_the_assumed_decode_lock_skip_is_said_and_a_configured_one_is_not():
     assert recommend(skipping, picture, RecommenderSettings()).slots_per_request == assumed.slots_per_request - 1
 
 
-def _curve(points, chosen, live, lower, upper, prior):
-    from advisor.recommend.replay import CurvePoint, ReplayCurve
+def _curve(points, chosen, live, lower, upper, prior, margin=None):
+    """A replayed curve; with `margin`, the hold band and the worst scores within it as the replay computes them."""
+    from advisor.recommend.replay import CurvePoint, ReplayCurve, _interpolated
 
     made = [CurvePoint(ratio=r, goodput=g, slo_goodput=g, raw_goodput=g, max_running_requests=0, kv_capacity_tokens=0,
                        state_bound_fraction=0.0, kv_bound_fraction=0.0, retracted_requests=0, queue_time_p90=0.0)
             for r, g in points]
     goodput = dict(points)
+
+    def robust(r):
+        return min(_interpolated(goodput, x) for x in (r / (margin or 1.0), r, r * (margin or 1.0)))
+
+    hold = (min(lower * margin, chosen), max(upper / margin, chosen)) if margin else (lower, upper)
     return ReplayCurve(points=made, chosen_ratio=chosen, best_ratio=chosen, prior_ratio=prior, width_lower=lower,
                        width_upper=upper, flat=False, metric="raw_goodput", requests=1000, window_seconds=1800,
                        source="test", live_goodput=goodput[live], chosen_goodput=goodput[chosen],
-                       step_time={"decode_base_seconds": 0.02})
+                       step_time={"decode_base_seconds": 0.02}, hold_lower=hold[0], hold_upper=hold[1],
+                       live_robust_goodput=robust(live) if margin else None,
+                       chosen_robust_goodput=robust(chosen) if margin else None)
 
 
 @pytest.mark.parametrize(
@@ -218,3 +226,23 @@ def test_an_advised_move_stands_until_its_replayed_gain_falls_below_half_the_bar
     assert decide(None) == "hold" and decide("hold") == "hold"
     assert decide("raise_ratio") == "raise_ratio"  # +2% is above half the bar: the advised raise stands
     assert decide("lower_ratio") == "hold"
+
+
+def test_a_live_ratio_next_to_a_cliff_moves_though_the_observed_traffic_did_not_fall_off_it():
+    """The live r serves the observed traffic as well as the best, but a margin below it the replayed goodput
+    collapses: the hold band is the plateau less the margin, and the worst case within it is worth the move."""
+    est, now = run([[(8192, 1024)] * 600])
+    points = [(0.5, 600.0), (0.7, 900.0), (0.9, 1000.0), (1.5, 1000.0), (2.5, 1000.0), (4.0, 1000.0), (6.0, 990.0)]
+    picture = picture_of(est, now)
+    picture.replay = _curve(points, 2.5, live=0.9, lower=0.9, upper=6.0, prior=2.5, margin=1.5)
+    rec = recommend(model(strategy="extra_buffer_lazy", mamba_full_memory_ratio=0.9), picture, RecommenderSettings())
+    assert rec.predicted_goodput_gain_ratio == pytest.approx(1.0)
+    assert rec.ratio_lower == pytest.approx(1.35) and rec.ratio_upper == pytest.approx(4.0)
+    assert (rec.decision, rec.reason_code) == ("raise_ratio", "state_pool_short")
+    assert any("falls off" in note for note in rec.notes)
+    # the same curve without the cliff below the live ratio: nothing to gain, hold
+    flat = [(0.5, 1000.0)] + points[1:]
+    flat[1] = (0.7, 1000.0)
+    picture.replay = _curve(flat, 2.5, live=0.9, lower=0.5, upper=6.0, prior=2.5, margin=1.5)
+    rec = recommend(model(strategy="extra_buffer_lazy", mamba_full_memory_ratio=0.9), picture, RecommenderSettings())
+    assert (rec.decision, rec.reason_code) == ("hold", "inside_bounds")
