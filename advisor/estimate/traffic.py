@@ -155,11 +155,9 @@ def prefix_groups(records: Sequence[ExactRequest], requests: Sequence[RequestSpe
             if group[k] is None:
                 group[k], extends[k] = f"turns-{k}", True
             group[j] = group[k] if extends[k] else f"turns-{k}"
-            prefix[j] = total - 1
+            prefix[j], extends[j] = total - 1, True
         else:
             group[j], prefix[j] = f"shared-{cached}", cached
-        if group[j] is not None and group[j].startswith("turns-"):
-            extends[j] = True
     return [
         RequestSpec(spec.time, spec.input_tokens, spec.output_tokens, spec.max_new_tokens, group[k],
                     min(prefix[k], spec.input_tokens - 1), extends_prefix=extends[k])
