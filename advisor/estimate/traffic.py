@@ -39,8 +39,12 @@ class TrafficSettings:
     window_seconds: float = 1800.0  # how much recent traffic a replay covers
     max_bins: int = 360
     max_requests: int = 30000
-    # exact request records stand in for the bins once they cover this share of the window
+    # exact request records stand in for the bins once they cover this share of the window, or hold this many
+    # requests over this many seconds: real lengths, paired per request, beat lengths drawn from histograms even
+    # over a shorter span (under a long queue the completely known arrivals cover only part of the window)
     exact_coverage: float = 0.5
+    exact_min_requests: int = 1000
+    exact_min_seconds: float = 300.0
     # A replay's cost grows with its requests: a busy server's picture keeps its most recent this many.
     max_replay_requests: int = 8000
 
@@ -51,6 +55,8 @@ class TrafficSettings:
             raise ValueError("max_bins must be >= 2, max_requests >= 1 and max_replay_requests >= 2")
         if not 0 < self.exact_coverage <= 1:
             raise ValueError(f"exact_coverage must be in (0, 1], got {self.exact_coverage}")
+        if self.exact_min_requests < 2 or not self.exact_min_seconds >= 0:
+            raise ValueError("exact_min_requests must be >= 2 and exact_min_seconds >= 0")
 
 
 @dataclass
@@ -253,7 +259,9 @@ class TrafficEstimator:
             return None
         first, last = records[0].arrival, records[-1].arrival
         span = last - first
-        if span < self.settings.exact_coverage * self.settings.window_seconds and not self._exact_covers_history(span):
+        enough = len(records) >= self.settings.exact_min_requests and span >= self.settings.exact_min_seconds
+        if (span < self.settings.exact_coverage * self.settings.window_seconds and not enough
+                and not self._exact_covers_history(span)):
             return None
         requests = [
             RequestSpec(r.arrival - first, r.input_tokens, max(1, r.output_tokens),

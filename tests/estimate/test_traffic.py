@@ -139,3 +139,29 @@ def test_records_without_cached_counts_replay_without_reuse():
     assert picture is not None and all(r.prefix_group is None for r in picture.requests)
     restored = TrafficEstimator.from_dict(traffic.to_dict())
     assert restored.picture() == picture
+
+
+def test_under_a_long_queue_enough_exact_requests_beat_the_histogram_bins():
+    """A server with minutes of queue: the arrivals known completely cover a third of the window, but 1,200 real
+    requests with their own paired lengths are a better picture than lengths drawn from bins."""
+    traffic = TrafficEstimator(TrafficSettings(window_seconds=1800, exact_coverage=0.5, exact_min_requests=1000,
+                                               exact_min_seconds=300))
+    traffic.observe_interval(0.0, 30.0, finished=0, in_system=50)
+    for index in range(60):
+        traffic.observe_interval(30.0 * (index + 1), 30.0, finished=20, in_system=50, prompt_bounds=PROMPT_BOUNDS,
+                                 prompt_counts=[20, 0, 0, 0, 0], prompt_sum=20 * 500, generation_bounds=OUTPUT_BOUNDS,
+                                 generation_counts=[20, 0, 0, 0], generation_sum=20 * 100)
+    # every request waits ~18 minutes: of the finishes seen over 30 minutes, only the arrivals from the first
+    # finish to the last finish less that wait are known completely (700 s, 1,400 requests)
+    queue = 1100.0
+    records = [ExactRequest(arrival=t * 0.5 - queue, input_tokens=500 + t % 7, output_tokens=100, finish=t * 0.5)
+               for t in range(0, 2 * 1800)]
+    traffic.observe_requests(records)
+    picture = traffic.picture()
+    assert picture is not None and picture.source == "request_log"
+    assert picture.window_seconds < 0.5 * 1800 and len(picture.requests) >= 1000
+    # too few of them: the bins stay
+    sparse = TrafficEstimator(TrafficSettings(window_seconds=1800, exact_min_requests=5000))
+    sparse.bins, sparse.last_in_system = traffic.bins, traffic.last_in_system
+    sparse.observe_requests(records)
+    assert sparse.picture().source == "metrics"
