@@ -58,6 +58,7 @@ class AdvisorConfig:
     # The what-if replay: how much recent traffic it replays, and how often (server seconds; 0 turns it off).
     replay_window_seconds: float = 1800.0
     replay_interval_seconds: float = 300.0
+    replay_workers: int = 1  # processes a replay's candidate ratios are spread over (1: in the daemon's own)
     timeout_seconds: float = 5.0
     server_info_every: int = 20  # cycles between /server_info refreshes (it runs on the scheduler's loop)
     stale_after_cycles: int = 3
@@ -92,7 +93,7 @@ def _string(value: Any, name: str) -> str:
 
 # The numeric fields of each mapping, checked against their bounds in advisor.validate.BOUNDS.
 _TOP_NUMBERS = ("interval_seconds", "timeout_seconds", "half_life_seconds", "time_scale", "state_bias",
-                "replay_window_seconds", "replay_interval_seconds", "server_info_every", "stale_after_cycles",
+                "replay_window_seconds", "replay_interval_seconds", "replay_workers", "server_info_every", "stale_after_cycles",
                 "max_body_bytes", "max_line_bytes", "max_labels_per_series", "max_series")
 _TARGET_NUMBERS = ("state_bytes_per_slot", "kv_bytes_per_token", "rest_gib")
 

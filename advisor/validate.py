@@ -36,6 +36,7 @@ BOUNDS: dict[str, Bound] = {
     "state_bias": Bound(0.0, 100.0, positive=False),
     "replay_window_seconds": Bound(60.0, 86400.0, "seconds"),
     "replay_interval_seconds": Bound(0.0, 86400.0, "seconds", positive=False),  # 0 turns the replay off
+    "replay_workers": Bound(1, 64, "processes", integer=True),
     "server_info_every": Bound(1, 1e6, "cycles", integer=True),
     "stale_after_cycles": Bound(1, 1e6, "cycles", integer=True),
     "max_body_bytes": Bound(1024, 1 << 34, "bytes", integer=True),

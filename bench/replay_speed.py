@@ -1,7 +1,8 @@
 """What one what-if replay costs: an hour of observed traffic replayed through the scheduler model at every
-candidate ratio (the daemon runs one every `replay_interval_seconds`), per workload, on one core.
+candidate ratio (the daemon runs one every `replay_interval_seconds`), per workload, in the daemon's own
+process and spread over worker processes (`replay_workers`), side by side in one run.
 
-    python3 bench/replay_speed.py [--window 3600] [--workloads steady-chat,doc-bursts]
+    python3 bench/replay_speed.py [--window 3600] [--workloads steady-chat,doc-bursts] [--workers 1,2]
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import time
 
 import numpy as np
 
+from advisor.daemon import replay_pool
 from advisor.estimate.traffic import ExactRequest, TrafficEstimator, TrafficSettings
 from advisor.model.pools import optimal_ratio_for
 from advisor.recommend.replay import replay_curve
@@ -25,9 +27,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--window", type=float, default=3600.0, help="seconds of traffic replayed")
     parser.add_argument("--workloads", default=DEFAULT_WORKLOADS)
     parser.add_argument("--server", default="default")
+    parser.add_argument("--workers", default="1,2", help="comma-separated replay_workers to time side by side")
     args = parser.parse_args(argv)
+    workers = [int(w) for w in args.workers.split(",")]
     server = load_server_config(args.server)
-    print(f"{'workload':22s} {'observed':>8s} {'replayed':>8s} {'runs':>4s} {'replay s':>8s} {'s/run':>6s}  chosen r (prior)")
+    timing = "".join(f" {f'w={w} s':>8s} {'s/run':>6s}" for w in workers)
+    print(f"{'workload':22s} {'observed':>8s} {'replayed':>8s} {'runs':>4s}{timing}  chosen r (prior)")
     for name in args.workloads.split(","):
         requests = load_workload(name).requests(1, args.window)
         # through the daemon's traffic picture, so its cap on replayed requests applies
@@ -39,15 +44,23 @@ def main(argv: list[str] | None = None) -> int:
             continue
         mean_context = float(np.mean([r.input_tokens + r.output_tokens for r in requests]))
         prior = optimal_ratio_for(server.serving, server.constants, mean_context)
-        started = time.perf_counter()
-        curve = replay_curve(server, picture, prior_ratio=prior, live_ratio=0.9)
-        elapsed = time.perf_counter() - started
+        cells, curve = "", None
+        for count in workers:
+            if count > 1:  # the worker processes start once, before the timing (the daemon keeps them)
+                replay_curve(server, picture, prior_ratio=prior, live_ratio=0.9, run_many=replay_pool.runner(count))
+            started = time.perf_counter()
+            curve = replay_curve(server, picture, prior_ratio=prior, live_ratio=0.9,
+                                 run_many=replay_pool.runner(count))
+            elapsed = time.perf_counter() - started
+            if curve is None:
+                break
+            cells += f" {elapsed:8.2f} {elapsed / len(curve.points):6.3f}"
         if curve is None:
             print(f"{name:22s} {len(requests):8d}  (too few requests to replay)")
             continue
-        runs = len(curve.points)
-        print(f"{name:22s} {len(requests):8d} {len(picture.requests):8d} {runs:4d} {elapsed:8.2f} {elapsed / runs:6.3f}  "
+        print(f"{name:22s} {len(requests):8d} {len(picture.requests):8d} {len(curve.points):4d}{cells}  "
               f"{curve.chosen_ratio:.3g} ({prior:.3g})", flush=True)
+    replay_pool.shutdown()
     return 0
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from advisor.config import AdvisorConfig, TargetConfig
+from advisor.daemon.replay_pool import runner as replay_runner
 from advisor.errors import InputError
 from advisor.estimate.deltas import CounterTracker, ObservationDelta
 from advisor.estimate.steptime import StepTimeEstimator
@@ -453,7 +454,8 @@ class ServerPipeline:
         if server is None:
             return self.replay_result
         try:
-            self.replay_result = replay_curve(server, traffic, prior_ratio=prior, live_ratio=live)
+            self.replay_result = replay_curve(server, traffic, prior_ratio=prior, live_ratio=live,
+                                              run_many=replay_runner(self.config.replay_workers))
         except (ValueError, ZeroDivisionError) as exc:
             self.ledger.count("internal", f"replay failed: {exc}")
             return self.replay_result

@@ -15,7 +15,7 @@ ends: the prior clipped into the plateau shrunk by that factor at each end.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -107,6 +107,15 @@ def _score(result: SimResult) -> float:
     return 0.5 * (result.goodput_tokens_per_second + result.slo_goodput_tokens_per_second)
 
 
+def run_ratios(server: SchedulerServerConfig, picture: TrafficPicture, ratios: Sequence[float],
+               settings: ReplaySettings) -> list[SimResult]:
+    """The replay at each of `ratios`, one after another (a `RunMany`; the daemon may spread them over processes)."""
+    return [_run(server, picture, r, settings) for r in ratios]
+
+
+RunMany = Callable[[SchedulerServerConfig, TrafficPicture, Sequence[float], ReplaySettings], list[SimResult]]
+
+
 def _run(server: SchedulerServerConfig, picture: TrafficPicture, ratio: float, settings: ReplaySettings) -> SimResult:
     window = picture.window_seconds
     return simulate(
@@ -154,18 +163,21 @@ def replay_curve(
     prior_ratio: float,
     live_ratio: float | None,
     settings: ReplaySettings | None = None,
+    run_many: RunMany = run_ratios,
 ) -> ReplayCurve | None:
     """The goodput curve of the observed traffic over candidate ratios and the ratio it picks; None when the
-    picture is too thin to replay."""
+    picture is too thin to replay. `run_many` runs a batch of candidates (the grid and the live ratio, then the
+    refinement), in this process by default."""
     settings = settings or ReplaySettings()
     if len(picture.requests) < settings.min_requests or not prior_ratio > 0:
         return None
     step = settings.span ** (2.0 / (settings.points - 1))
     half = (settings.points - 1) // 2
     ratios = [prior_ratio * step ** k for k in range(-half, half + 1)]
-    results = {r: _run(server, picture, r, settings) for r in ratios}
-    if live_ratio is not None and live_ratio > 0:
-        results.setdefault(live_ratio, _run(server, picture, live_ratio, settings))
+    first = list(ratios)
+    if live_ratio is not None and live_ratio > 0 and live_ratio not in first:
+        first.append(live_ratio)
+    results = dict(zip(first, run_many(server, picture, first, settings), strict=True))
 
     def score(r: float) -> float:
         return _score(results[r])
@@ -184,9 +196,9 @@ def replay_curve(
 
     _, plateau = plateau_of(sorted(results))
     # Refine just outside the plateau's ends, where the curve leaves it.
-    for r in (plateau[0] / math.sqrt(step), plateau[-1] * math.sqrt(step)):
-        if r not in results and (min(ratios) / step <= r <= max(ratios) * step):
-            results[r] = _run(server, picture, r, settings)
+    refine = [r for r in (plateau[0] / math.sqrt(step), plateau[-1] * math.sqrt(step))
+              if r not in results and min(ratios) / step <= r <= max(ratios) * step]
+    results.update(zip(refine, run_many(server, picture, refine, settings), strict=True))
     candidates = sorted(results)  # the live ratio too: where it is as good as the best, the operator holds
     best, plateau = plateau_of(candidates)
     chosen = ratio_on_plateau(plateau[0], plateau[-1], prior_ratio, settings.edge_margin)
