@@ -272,7 +272,9 @@ def watch(server: SchedulerServerConfig, workload: Workload, *, minutes: float, 
                 rec = statuses[0].recommendation if statuses else None
                 if rec is not None:
                     last = rec
-                    cycles.append(Cycle(elapsed, rec.ratio, rec.ratio_lower, rec.ratio_upper, rec.decision))
+                    # settled = staying on the replay's plateau (equally good ratios), else inside the bounds
+                    lower, upper = rec.goodput_plateau or (rec.ratio_lower, rec.ratio_upper)
+                    cycles.append(Cycle(elapsed, rec.ratio, lower, upper, rec.decision))
             advisor.close()
         finally:
             emulator.stop()
@@ -300,8 +302,8 @@ def decision_changes(cycles: Sequence[Cycle]) -> int:
 
 
 def settling(cycles: Sequence[Cycle], shifts: Sequence[float], end: float) -> tuple[list[float | None], list[int]]:
-    """Per shift: simulated minutes until the recommendation stays inside the band it ends the period in
-    (None if it never settles), and the decision changes in the period."""
+    """Per shift: simulated minutes until the recommendation stays inside the band it ends the period in (the
+    replay's plateau when there is one; None if it never settles), and the decision changes in the period."""
     minutes: list[float | None] = []
     changes: list[int] = []
     for index, start in enumerate(shifts):

@@ -43,7 +43,7 @@ from advisor.recommend.engine import (
     prior_ratio,
     recommend,
 )
-from advisor.recommend.replay import ReplayCurve, replay_curve
+from advisor.recommend.replay import ReplayCurve, ReplaySettings, replay_curve
 from advisor.recommend.types import Recommendation
 from advisor.sources.bootlog import BootInfo, read_boot_log
 from advisor.sources.loglines import DecodeInterval, LogDigest, RequestRecord
@@ -450,6 +450,10 @@ class ServerPipeline:
         traffic = self.server_state.traffic.picture(seed=self.cycles)
         if prior is None or traffic is None:
             return self.replay_result
+        needed = ReplaySettings().min_window_seconds
+        if self.replay_result is None and traffic.window_seconds < needed:
+            picture.replay_warming_up = (traffic.window_seconds, needed)
+            return None
         server = scheduler_server(model, self.boot, fit.cost if fit else step_time.prior)
         if server is None:
             return self.replay_result

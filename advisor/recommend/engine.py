@@ -83,6 +83,9 @@ class WorkloadPicture:
     context_length: float | None  # time-averaged L_eff over windows (tokens)
     confidence: float
     replay: ReplayCurve | None = None  # the observed traffic replayed at candidate ratios around the prior
+    # The replay runs but has seen less traffic than it needs: wait for it rather than decide on the prior alone
+    # and change the decision once it speaks (seconds of traffic seen, needed).
+    replay_warming_up: tuple[float, float] | None = None
 
 
 def prior_ratio(model: ServerModel, picture: WorkloadPicture, settings: RecommenderSettings) -> float | None:
@@ -181,6 +184,12 @@ def _recommend(
             f"{summary.requests_observed:.0f} requests over {summary.history_seconds:.0f} s observed; need "
             f"{settings.min_requests:.0f} over {settings.min_history_seconds:.0f} s"
         )
+        return base
+
+    if picture.replay is None and picture.replay_warming_up is not None:
+        seen, needed = picture.replay_warming_up
+        base.reason_code = "not_enough_data"
+        base.reason = f"the what-if replay has {seen:.0f} s of traffic; it needs {needed:.0f} s"
         return base
 
     constants = model.constants

@@ -246,3 +246,15 @@ def test_a_live_ratio_next_to_a_cliff_moves_though_the_observed_traffic_did_not_
     picture.replay = _curve(flat, 2.5, live=0.9, lower=0.5, upper=6.0, prior=2.5, margin=1.5)
     rec = recommend(model(strategy="extra_buffer_lazy", mamba_full_memory_ratio=0.9), picture, RecommenderSettings())
     assert (rec.decision, rec.reason_code) == ("hold", "inside_bounds")
+
+
+def test_while_the_replay_warms_up_the_advisor_waits_instead_of_deciding_on_the_prior():
+    est, now = run([[(8192, 1024)] * 600])
+    picture = picture_of(est, now)
+    picture.replay_warming_up = (120.0, 300.0)
+    rec = recommend(model(strategy="extra_buffer_lazy", mamba_full_memory_ratio=0.9), picture, RecommenderSettings())
+    assert (rec.decision, rec.reason_code) == ("insufficient_data", "not_enough_data")
+    assert "120 s of traffic" in rec.reason and "300 s" in rec.reason
+    picture.replay_warming_up = None  # without a replay pending, the closed form decides as before
+    assert recommend(model(strategy="extra_buffer_lazy", mamba_full_memory_ratio=0.9), picture,
+                     RecommenderSettings()).decision != "insufficient_data"
