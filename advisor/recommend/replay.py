@@ -34,14 +34,18 @@ class ReplaySettings:
     flat_tolerance: float = 0.0075  # a plateau is within this share of the best (plus the replay's own noise)
     # The chosen ratio stays this factor inside the plateau's ends (the geometric middle of a narrower plateau).
     edge_margin: float = 1.5
+    # The hold band spans at least this factor either side of the chosen ratio: a smaller move is not a restart.
+    min_move: float = 1.1
     warmup_fraction: float = 0.1  # the replay starts empty: the first part of the window only fills it
     min_requests: int = 50
     # A shorter window is too thin a draw of the traffic to act on (a few bursts decide its curve).
     min_window_seconds: float = 300.0
 
     def __post_init__(self) -> None:
-        if not self.span > 1 or self.points < 3 or not 0 <= self.warmup_fraction < 1 or self.edge_margin < 1:
-            raise ValueError("replay: span must be > 1, points >= 3, warmup_fraction in [0, 1), edge_margin >= 1")
+        if (not self.span > 1 or self.points < 3 or not 0 <= self.warmup_fraction < 1 or self.edge_margin < 1
+                or self.min_move < 1):
+            raise ValueError("replay: span must be > 1, points >= 3, warmup_fraction in [0, 1), edge_margin and "
+                             "min_move >= 1")
 
 
 @dataclass(frozen=True)
@@ -74,7 +78,8 @@ class ReplayCurve:
     live_goodput: float | None  # at the live ratio, when given
     chosen_goodput: float
     step_time: dict[str, float]  # the cost model the replay stepped with (fitted to this server)
-    # The hold band: the plateau less the edge margin at each end (always holding the chosen ratio).
+    # The hold band: the plateau less the edge margin at each end, and at least min_move either side of the
+    # chosen ratio.
     hold_lower: float
     hold_upper: float
     # The worst score within the edge margin of a ratio (the curve's value had the plateau's ends been a margin
@@ -208,8 +213,8 @@ def replay_curve(
     metric = "goodput_score"
     scores = {r: score(r) for r in results}
     chosen_goodput = _interpolated(scores, chosen)
-    hold_lower = min(plateau[0] * settings.edge_margin, chosen)
-    hold_upper = max(plateau[-1] / settings.edge_margin, chosen)
+    hold_lower = min(plateau[0] * settings.edge_margin, chosen / settings.min_move)
+    hold_upper = max(plateau[-1] / settings.edge_margin, chosen * settings.min_move)
 
     def robust(r: float) -> float:
         return min(_interpolated(scores, r / settings.edge_margin), _interpolated(scores, r),

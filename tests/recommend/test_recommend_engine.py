@@ -179,7 +179,7 @@ def _curve(points, chosen, live, lower, upper, prior, margin=None):
     def robust(r):
         return min(_interpolated(goodput, x) for x in (r / (margin or 1.0), r, r * (margin or 1.0)))
 
-    hold = (min(lower * margin, chosen), max(upper / margin, chosen)) if margin else (lower, upper)
+    hold = (min(lower * margin, chosen / 1.1), max(upper / margin, chosen * 1.1)) if margin else (lower, upper)
     return ReplayCurve(points=made, chosen_ratio=chosen, best_ratio=chosen, prior_ratio=prior, width_lower=lower,
                        width_upper=upper, flat=False, metric="raw_goodput", requests=1000, window_seconds=1800,
                        source="test", live_goodput=goodput[live], chosen_goodput=goodput[chosen],
