@@ -36,6 +36,9 @@ class ReplaySettings:
     edge_margin: float = 1.5
     # The hold band spans at least this factor either side of the chosen ratio: a smaller move is not a restart.
     min_move: float = 1.1
+    # A restart for safety alone: the worst score within this factor of the live and the chosen ratios (a cliff
+    # this close to the live ratio is worth moving away from; one further off is the plateau's business).
+    cliff_margin: float = 1.25
     warmup_fraction: float = 0.1  # the replay starts empty: the first part of the window only fills it
     min_requests: int = 50
     # A shorter window is too thin a draw of the traffic to act on (a few bursts decide its curve).
@@ -43,9 +46,9 @@ class ReplaySettings:
 
     def __post_init__(self) -> None:
         if (not self.span > 1 or self.points < 3 or not 0 <= self.warmup_fraction < 1 or self.edge_margin < 1
-                or self.min_move < 1):
-            raise ValueError("replay: span must be > 1, points >= 3, warmup_fraction in [0, 1), edge_margin and "
-                             "min_move >= 1")
+                or self.min_move < 1 or self.cliff_margin < 1):
+            raise ValueError("replay: span must be > 1, points >= 3, warmup_fraction in [0, 1), edge_margin, "
+                             "min_move and cliff_margin >= 1")
 
 
 @dataclass(frozen=True)
@@ -82,8 +85,8 @@ class ReplayCurve:
     # chosen ratio.
     hold_lower: float
     hold_upper: float
-    # The worst score within the edge margin of a ratio (the curve's value had the plateau's ends been a margin
-    # off): a live ratio that serves well only because it sits just inside a cliff scores low here.
+    # The worst score within the cliff margin of a ratio (the curve's value had the plateau's ends been that
+    # much closer): a live ratio that serves well only because it sits just inside a cliff scores low here.
     live_robust_goodput: float | None
     chosen_robust_goodput: float | None
 
@@ -217,8 +220,8 @@ def replay_curve(
     hold_upper = max(plateau[-1] / settings.edge_margin, chosen * settings.min_move)
 
     def robust(r: float) -> float:
-        return min(_interpolated(scores, r / settings.edge_margin), _interpolated(scores, r),
-                   _interpolated(scores, r * settings.edge_margin))
+        return min(_interpolated(scores, r / settings.cliff_margin), _interpolated(scores, r),
+                   _interpolated(scores, r * settings.cliff_margin))
 
     points = [
         CurvePoint(

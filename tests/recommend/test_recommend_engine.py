@@ -176,8 +176,8 @@ def _curve(points, chosen, live, lower, upper, prior, margin=None):
             for r, g in points]
     goodput = dict(points)
 
-    def robust(r):
-        return min(_interpolated(goodput, x) for x in (r / (margin or 1.0), r, r * (margin or 1.0)))
+    def robust(r):  # within the replay's cliff margin
+        return min(_interpolated(goodput, x) for x in (r / 1.25, r, r * 1.25))
 
     hold = (min(lower * margin, chosen / 1.1), max(upper / margin, chosen * 1.1)) if margin else (lower, upper)
     return ReplayCurve(points=made, chosen_ratio=chosen, best_ratio=chosen, prior_ratio=prior, width_lower=lower,
