@@ -29,7 +29,7 @@ def _pool(workers: int) -> ProcessPoolExecutor:
 
 def shutdown() -> None:
     for pool in _pools.values():
-        pool.shutdown(wait=False, cancel_futures=True)
+        pool.shutdown(wait=True, cancel_futures=True)  # waits for a running batch only (a second or so)
     _pools.clear()
 
 
