@@ -43,6 +43,9 @@ BOUNDS: dict[str, Bound] = {
     "max_line_bytes": Bound(256, 1 << 30, "bytes", integer=True),
     "max_labels_per_series": Bound(1, 10_000, integer=True),
     "max_series": Bound(10, 1e8, integer=True),
+    # a store target's `shard: {index, total}` (0 <= index < total)
+    "shard_total": Bound(1, 1e6, "shards", integer=True),
+    "shard_index": Bound(0, 1e6, integer=True, positive=False),
     # a server's byte constants and pool budget (a target's overrides, `recommend` flags, a boot log's values)
     "state_bytes_per_slot": Bound(1.0, 1e12, "bytes"),
     "kv_bytes_per_token": Bound(1.0, 1e10, "bytes"),

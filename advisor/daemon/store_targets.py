@@ -131,15 +131,19 @@ class StoreFleet:
         del self.sources[name]
 
     def _frame(self, run: Callable[[str], QueryResult]) -> tuple[FleetFrame, str | None]:
-        frame = FleetFrame(self.store.server_labels)
+        frame = self._empty_frame()
         for query in self.queries:
             result = run(query.expr)
             if not result.ok:
                 return frame, result.error or "store query failed"
             frame.add(query, ((s.labels, s.samples) for s in result.series))
             if too_many_servers(len(frame.samples)):  # each server would get its own pipeline: refuse, counted
-                return FleetFrame(self.store.server_labels), too_many_servers(len(frame.samples))
+                return self._empty_frame(), too_many_servers(len(frame.samples))
         return frame, None
+
+    def _empty_frame(self) -> FleetFrame:
+        shard = self.store.shard
+        return FleetFrame(self.store.server_labels, (shard.index, shard.total) if shard is not None else None)
 
     def history_windows(self, end: float, points: int) -> Iterator[tuple[float, float, float]]:
         """(start, end, step) of the range queries that replay `history_seconds` up to `end`, `points` a query."""
@@ -213,7 +217,7 @@ class StoreFleet:
         frame, error = self._frame(lambda expr: self.client.query(expr, at=at))
         if error:  # a partial answer would read as vanished families (a restart): use none of it
             self._store_error(error)
-            frame = FleetFrame(self.store.server_labels)
+            frame = self._empty_frame()
         else:
             self.last_error = None
         seen = set(frame.servers())
