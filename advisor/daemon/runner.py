@@ -47,6 +47,8 @@ class Advisor:
         self._busy: dict[str, _Task] = {}
         self._snapshots: dict[str, Any] = {}  # server -> its state() taken when its last cycle ended
         self._loaded: dict[str, Any] = {}  # server -> its entry in the checkpoint read at start
+        # a store target -> its checkpoint_state() when its last cycle ended, else as the checkpoint held it
+        self._store_snapshots: dict[str, Any] = {}
 
     @property
     def latest(self) -> dict[str, TargetStatus]:
@@ -90,6 +92,17 @@ class Advisor:
             targets = state.get("targets")
             if not isinstance(targets, dict):
                 targets = {}
+            stores = state.get("stores")
+            for fleet in self.fleets:  # a store's servers exist only once it names them: recreate them first
+                saved_fleet = stores.get(fleet.name) if isinstance(stores, dict) else None
+                try:
+                    fleet.resume(saved_fleet)
+                except Exception as exc:  # the servers' entries are restored anyway; the history replay is whole
+                    log.warning("checkpoint entry of %s unusable (%s); replaying its whole history", fleet.name,
+                                type(exc).__name__)
+                else:
+                    if saved_fleet is not None:
+                        self._store_snapshots[fleet.name] = saved_fleet
             for server in self._checkpointed():
                 saved = targets.get(server.name)
                 if not isinstance(saved, dict):
@@ -108,6 +121,7 @@ class Advisor:
         if not path:
             return
         saved: dict[str, Any] = {}
+        stores: dict[str, Any] = {}
         with self._lock:
             for target in self.targets:
                 if not target.checkpointed:
@@ -117,7 +131,11 @@ class Advisor:
                     entry = self._server_state(server, idle)
                     if entry is not None:
                         saved[server.name] = entry
-            state = {"saved_at": self.now(), "targets": saved}
+                if isinstance(target, StoreFleet):
+                    fleet = target.checkpoint_state() if idle else self._store_snapshots.get(target.name)
+                    if fleet is not None:
+                        stores[target.name] = fleet
+            state = {"saved_at": self.now(), "targets": saved, "stores": stores}
         try:
             write_checkpoint(path, state)
         except OSError as exc:
@@ -147,14 +165,19 @@ class Advisor:
                 server.ledger.count("internal", "target cycle failed")
             results = []
         snapshots = {}
+        fleet_snapshot = None
         if target.checkpointed:
             for server in target.servers():
                 try:
                     snapshots[server.name] = server.state()
                 except Exception:
                     pass
+            if isinstance(target, StoreFleet):
+                fleet_snapshot = target.checkpoint_state()
         with self._lock:
             self._snapshots.update(snapshots)
+            if fleet_snapshot is not None:
+                self._store_snapshots[target.name] = fleet_snapshot
             for result in results:
                 name = result.status.server
                 self.views[name], self.reports[name] = result.view, result.report

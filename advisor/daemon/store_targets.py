@@ -4,21 +4,31 @@ Each cycle asks the store the fixed query set once (`advisor.sources.fleet_queri
 fleet size, and hands every server its observation; each server then runs the one server cycle
 (`ServerPipeline` over a `StoreServerSource`), so estimates, exported series, `/` and `/status` are the same.
 At start every server's estimator is replayed from the store's history (VPA's history init); servers appear
-with the store and are forgotten `forget_after_seconds` after they leave it.
+with the store and are forgotten `forget_after_seconds` after they leave it. The fleet is checkpointed like a
+direct target (each server's `ServerState`) plus the store time read up to: a restart resumes every server
+and reads the store only from there on (never further back than `history`).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
+from typing import Any
 
 from advisor.config import AdvisorConfig, TargetConfig
 from advisor.daemon.pipeline import InfoAnswer, LogReading, ServerPipeline, ServerResult
 from advisor.daemon.targets import DirectSource, StandInSource
-from advisor.sources.fleet_queries import FleetFrame, fleet_queries, replay_step, server_info_from_gauges
+from advisor.sources.fleet_queries import (
+    FleetFrame,
+    fleet_queries,
+    replay_step,
+    server_info_from_gauges,
+    shard_of,
+)
 from advisor.sources.metrics import MetricsObservation
 from advisor.sources.prometheus_store import PrometheusClient, QueryResult, too_many_servers
 from advisor.sources.server_info import ServerInfo
@@ -92,7 +102,7 @@ class StoreFleet:
     """Every server one store holds (a `Target`): a constant number of queries per cycle, then each server's
     own cycle, the same as a direct server's."""
 
-    checkpointed = False  # the history replay at start stands in for a checkpoint
+    checkpointed = True  # each server's ServerState, and the store time read up to (`checkpoint_state`)
 
     def __init__(self, store: StoreTargetConfig, config: AdvisorConfig,
                  wall_clock: Callable[[], float] = time.time, *, quiet: bool = False) -> None:
@@ -104,9 +114,14 @@ class StoreFleet:
         self.queries = fleet_queries(store.matchers, store.server_labels)
         self.pipelines: dict[str, ServerPipeline] = {}
         self.sources: dict[str, StoreServerSource] = {}
+        self.labels: dict[str, dict[str, str]] = {}  # each server's server-label values
         self.bootstrapped = False
         self.last_error: str | None = None
         self.store_errors_total = 0
+        # (store time, advisor time) of the last store evaluation every server's state has read: the checkpoint
+        # keeps it, and a restart's history replay starts there instead of `history` back.
+        self.read_until: tuple[float, float] | None = None
+        self.resumed_from: float | None = None  # the store time a restart resumed from (None: a cold start)
         self._wall_clock = wall_clock
 
     @property
@@ -117,18 +132,58 @@ class StoreFleet:
         return [self.pipelines[name] for name in sorted(list(self.pipelines))]
 
     def _pipeline(self, name: str, frame: FleetFrame) -> ServerPipeline:
+        return self._pipeline_of(name, frame.server_label_values.get(name, {}))
+
+    def _pipeline_of(self, name: str, labels: dict[str, str]) -> ServerPipeline:
         pipeline = self.pipelines.get(name)
         if pipeline is None:
-            labels = frame.server_label_values.get(name, {})
             base = self.store.server_info_base(labels)
             target = TargetConfig(name=name, url=base or self.store.url, api_key=self.store.server_api_key)
             source = self.sources[name] = StoreServerSource(name, target, self.store, self.config, bool(base))
             pipeline = self.pipelines[name] = ServerPipeline(target, self.config, source)
+            self.labels[name] = dict(labels)
         return pipeline
+
+    # -- checkpoint -----------------------------------------------------------------------------------
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        """What the checkpoint keeps of the fleet beside each server's state: the store time read up to and
+        every server's labels and last sighting (so a restart knows its servers before the store answers)."""
+        return {
+            "read_until": self.read_until[0] if self.read_until else None,
+            "read_until_advisor": self.read_until[1] if self.read_until else None,
+            "servers": {name: {"labels": self.labels.get(name, {}), "last_seen": self.sources[name].last_seen}
+                        for name in sorted(self.pipelines)},
+        }
+
+    def resume(self, saved: Any) -> None:
+        """Take the fleet's checkpoint entry (before the servers' own entries are restored): recreate its
+        servers (those still in this shard) and the store time to read on from. Anything malformed: a cold
+        start, replaying the whole history."""
+        if not isinstance(saved, dict) or not isinstance(saved.get("servers"), dict):
+            return
+        wall: Any = saved.get("read_until")
+        advisor: Any = saved.get("read_until_advisor")
+        if not (_finite(wall) and _finite(advisor)):
+            return
+        shard = self.store.shard
+        for name, entry in saved["servers"].items():
+            labels = entry.get("labels") if isinstance(entry, dict) else None
+            if not isinstance(name, str) or not isinstance(labels, dict):
+                continue
+            labels = {str(k): str(v) for k, v in labels.items() if k in self.store.server_labels}
+            if shard is not None and shard_of([labels.get(k, "") for k in self.store.server_labels],
+                                              shard.total) != shard.index:
+                continue  # the shards were redrawn: another advisor owns it now
+            self._pipeline_of(name, labels)
+            if _finite(entry.get("last_seen")):
+                self.sources[name].last_seen = float(entry["last_seen"])
+        self.read_until = (float(wall), float(advisor))
 
     def _forget(self, name: str) -> None:
         self.pipelines.pop(name).close()
         del self.sources[name]
+        self.labels.pop(name, None)
 
     def _frame(self, run: Callable[[str], QueryResult]) -> tuple[FleetFrame, str | None]:
         frame = self._empty_frame()
@@ -145,11 +200,12 @@ class StoreFleet:
         shard = self.store.shard
         return FleetFrame(self.store.server_labels, (shard.index, shard.total) if shard is not None else None)
 
-    def history_windows(self, end: float, points: int) -> Iterator[tuple[float, float, float]]:
-        """(start, end, step) of the range queries that replay `history_seconds` up to `end`, `points` a query."""
+    def history_windows(self, end: float, points: int, since: float | None = None) -> Iterator[tuple[float, float, float]]:
+        """(start, end, step) of the range queries that replay `history_seconds` up to `end` (from `since`
+        when that is later: a resumed checkpoint's store time), `points` a query."""
         history = self.store.history_seconds
         step = self.store.step_seconds or replay_step(history)
-        start = end - history
+        start = end - history if since is None else max(end - history, since)
         span = step * max(1, points - 1)
         while start < end:
             stop = min(end, start + span)
@@ -158,11 +214,18 @@ class StoreFleet:
 
     def bootstrap(self, now: float) -> int:
         """Replay the store's history into every server's estimator, the last sample at advisor time `now`
-        (history runs `time_scale` times faster in advisor time, as live cycles do). Returns the samples fed;
-        a failed query stops the replay with what was read."""
+        (history runs `time_scale` times faster in advisor time, as live cycles do). After a checkpoint the
+        replay starts at the store time the checkpoint had read up to: its sample there is each resumed
+        server's baseline, and store time from there to now maps onto advisor time from the checkpoint's to
+        `now`. Returns the samples fed; a failed query stops the replay with what was read."""
         self.bootstrapped = True
         wall_end = self._wall_clock()
         scale = self.config.time_scale
+        since, resume_at, resume_scale = None, 0.0, 1.0
+        if self.read_until is not None and self.read_until[0] < wall_end and self.read_until[1] < now:
+            since = self.resumed_from = max(self.read_until[0], wall_end - self.store.history_seconds)
+            resume_at = max(self.read_until[1], now - (wall_end - since) * scale)
+            resume_scale = (now - resume_at) / (wall_end - since)
         # One instant look sizes the range queries: rows now x points per query stays within the budget.
         probe, error = self._frame(lambda expr: self.client.query(expr, at=wall_end))
         if error:
@@ -171,7 +234,7 @@ class StoreFleet:
         points = max(2, min(MAX_POINTS_PER_SERIES, REPLAY_SAMPLES_PER_QUERY // max(1, probe.values_added)))
         del probe
         fed = 0
-        for start, stop, step in self.history_windows(wall_end, points):
+        for start, stop, step in self.history_windows(wall_end, points, since):
             frame, error = self._frame(partial(self._range, start=start, end=stop, step=step))
             if error:
                 self._store_error(error)
@@ -182,7 +245,7 @@ class StoreFleet:
             for name in frame.servers():
                 pipeline = self._pipeline(name, frame)
                 for t, observation in frame.pop_observations(name):
-                    at = now - (wall_end - t) * scale
+                    at = now - (wall_end - t) * scale if since is None else resume_at + (t - since) * resume_scale
                     self.sources[name].hand(observation, None, at)
                     pipeline.feed_history(at)
                     fed += 1
@@ -220,6 +283,7 @@ class StoreFleet:
             frame = self._empty_frame()
         else:
             self.last_error = None
+            self.read_until = (at, now)
         seen = set(frame.servers())
         for name in seen:
             observations = frame.pop_observations(name)
@@ -242,6 +306,10 @@ class StoreFleet:
         for name in list(self.pipelines):
             self._forget(name)
         self.client.close()
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 __all__ = ["StoreFleet", "StoreServerSource"]

@@ -118,3 +118,53 @@ def test_byte_constants_from_server_info_else_the_gauges_with_a_note_code(store)
     assert fell_back.scrape_errors_total["server_info"] == 1
     assert None not in (told.recommendation.token_equiv, stood_in.recommendation.token_equiv,
                         fell_back.recommendation.token_equiv)
+
+
+def test_a_resumed_fleet_reads_the_store_only_from_its_checkpoint(store):
+    """checkpoint_state() -> resume(): the servers are back before the store answers (with their state, which
+    the runner restores), and the history replay starts where the checkpoint had read up to."""
+    fleet = fleet_of(store, shard={"index": 0, "total": 1})
+    try:
+        statuses(fleet, NOW)
+        saved = fleet.checkpoint_state()
+        states = {name: pipeline.state() for name, pipeline in fleet.pipelines.items()}
+    finally:
+        fleet.close()
+    assert saved["read_until"] == NOW and set(saved["servers"]) == set(store.servers)
+    later = NOW + 600
+    resumed = StoreFleet(fleet.store, fleet.config, wall_clock=lambda: later, quiet=True)
+    try:
+        resumed.resume(saved)
+        for name, pipeline in resumed.pipelines.items():
+            pipeline.restore(states[name])
+        assert set(resumed.pipelines) == set(store.servers)
+        del store.posts[:]
+        fed = resumed.bootstrap(later)
+        starts = {float(form["start"]) for path, form, _ in store.posts if path.endswith("/query_range")}
+        assert starts == {NOW} and fed == 5 * 11  # ten 60 s steps since the checkpoint, both ends included
+        after = statuses(resumed, later)
+    finally:
+        resumed.close()
+    for status in after.values():
+        assert status.up and status.workload.requests_observed == pytest.approx(4000, rel=0.01)
+
+
+def test_a_checkpoint_from_other_shards_or_malformed_starts_cold(store):
+    fleet = fleet_of(store)
+    try:
+        statuses(fleet, NOW)
+        saved = fleet.checkpoint_state()
+    finally:
+        fleet.close()
+    halves = []
+    for index in (0, 1):
+        half = fleet_of(store, shard={"index": index, "total": 2})
+        half.resume(saved)
+        halves.append(set(half.pipelines))
+        half.close()
+    assert halves[0] | halves[1] == set(store.servers) and not halves[0] & halves[1]
+    for bad in (None, {"servers": []}, {**saved, "read_until": "yesterday"}, {**saved, "read_until_advisor": None}):
+        cold = fleet_of(store)
+        cold.resume(bad)
+        assert cold.read_until is None and not cold.pipelines
+        cold.close()
