@@ -14,6 +14,9 @@ from typing import Any
 from advisor.errors import InputError
 from advisor.sources.fleet_queries import DEFAULT_SERVER_LABELS
 from advisor.sources.http import redact_url
+from advisor.sources.prometheus_store import (
+    MAX_SERVERS_PER_STORE as DEFAULT_MAX_SERVERS_PER_STORE,
+)
 from advisor.sources.prometheus_store import StoreAuth, parse_duration, selector_matchers
 from advisor.validate import BOUNDS, check_fields, config_number, shown
 
@@ -47,6 +50,8 @@ class StoreTargetConfig:
     timeout_seconds: float = 30.0
     forget_after_seconds: float = 600.0
     shard: StoreShard | None = None  # None: every server the selector matches
+    # Servers this target may hold (each gets its own state); the store client's answer caps scale with it.
+    max_servers_per_store: int = DEFAULT_MAX_SERVERS_PER_STORE
 
     @property
     def matchers(self) -> str:
@@ -134,6 +139,9 @@ def store_target_from_dict(raw: Mapping[str, Any], where: str, env: Mapping[str,
     if raw.get("assumed_ratio") is not None:
         values["assumed_ratio"] = config_number(raw["assumed_ratio"], f"{where}.assumed_ratio", BOUNDS["assumed_ratio"])
     values["shard"] = _shard(raw.get("shard"), where)
+    if raw.get("max_servers_per_store") is not None:
+        values["max_servers_per_store"] = int(config_number(raw["max_servers_per_store"], f"{where}.max_servers_per_store",
+                                                            BOUNDS["max_servers_per_store"]))
     ca_file = raw.get("ca_file")
     values["auth"] = StoreAuth(
         bearer_token=_secret(raw, "bearer_token", env, where),

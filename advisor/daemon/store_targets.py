@@ -20,7 +20,7 @@ from functools import partial
 from typing import Any
 
 from advisor.config import AdvisorConfig, TargetConfig
-from advisor.daemon.pipeline import InfoAnswer, LogReading, ServerPipeline, ServerResult
+from advisor.daemon.pipeline import InfoAnswer, LogReading, ReplayBudget, ServerPipeline, ServerResult
 from advisor.daemon.targets import DirectSource, StandInSource
 from advisor.sources.fleet_queries import (
     FleetFrame,
@@ -30,7 +30,12 @@ from advisor.sources.fleet_queries import (
     shard_of,
 )
 from advisor.sources.metrics import MetricsObservation
-from advisor.sources.prometheus_store import PrometheusClient, QueryResult, too_many_servers
+from advisor.sources.prometheus_store import (
+    PrometheusClient,
+    QueryResult,
+    store_answer_caps,
+    too_many_servers,
+)
 from advisor.sources.server_info import ServerInfo
 from advisor.store_config import StoreTargetConfig
 
@@ -38,7 +43,7 @@ log = logging.getLogger("pool_advisor")
 
 # Samples (rows x points) per range query of the history replay: bounds the store's answer and the frame held
 # in memory (~100 bytes a sample), whatever the fleet size; Prometheus itself refuses > 11000 points a series.
-REPLAY_SAMPLES_PER_QUERY = 100_000
+REPLAY_SAMPLES_PER_QUERY = 400_000
 MAX_POINTS_PER_SERIES = 11_000
 # /server_info requests in flight at once when many servers are due together (start, every server_info_every).
 SERVER_INFO_WORKERS = 32
@@ -110,7 +115,9 @@ class StoreFleet:
         self.name = f"store:{store.name}"
         self.quiet = quiet  # the one-shot reports store errors itself, in one line
         self.config = config
-        self.client = PrometheusClient(store.url, timeout_seconds=store.timeout_seconds, auth=store.auth)
+        max_series, max_body_bytes = store_answer_caps(store.max_servers_per_store)
+        self.client = PrometheusClient(store.url, timeout_seconds=store.timeout_seconds, auth=store.auth,
+                                       max_series=max_series, max_body_bytes=max_body_bytes)
         self.queries = fleet_queries(store.matchers, store.server_labels)
         self.pipelines: dict[str, ServerPipeline] = {}
         self.sources: dict[str, StoreServerSource] = {}
@@ -122,6 +129,7 @@ class StoreFleet:
         # keeps it, and a restart's history replay starts there instead of `history` back.
         self.read_until: tuple[float, float] | None = None
         self.resumed_from: float | None = None  # the store time a restart resumed from (None: a cold start)
+        self.last_replay_budget: ReplayBudget | None = None  # what the last cycle's replays spent and deferred
         self._wall_clock = wall_clock
 
     @property
@@ -192,8 +200,9 @@ class StoreFleet:
             if not result.ok:
                 return frame, result.error or "store query failed"
             frame.add(query, ((s.labels, s.samples) for s in result.series))
-            if too_many_servers(len(frame.samples)):  # each server would get its own pipeline: refuse, counted
-                return self._empty_frame(), too_many_servers(len(frame.samples))
+            cap = self.store.max_servers_per_store
+            if too_many_servers(len(frame.samples), cap):  # each server would get its own pipeline: refuse, counted
+                return self._empty_frame(), too_many_servers(len(frame.samples), cap)
         return frame, None
 
     def _empty_frame(self) -> FleetFrame:
@@ -202,15 +211,35 @@ class StoreFleet:
 
     def history_windows(self, end: float, points: int, since: float | None = None) -> Iterator[tuple[float, float, float]]:
         """(start, end, step) of the range queries that replay `history_seconds` up to `end` (from `since`
-        when that is later: a resumed checkpoint's store time), `points` a query."""
+        when that is later: a resumed checkpoint's store time), `points` a query. The last replay window
+        (`replay_window_seconds`, what the what-if replay and the spikiness windows read closely) comes at
+        `step`; older history only feeds the decaying histograms, so it comes at `coarse_history_step`
+        (an eighth of the half-life): its counter deltas carry the same requests, decayed by at most 9% more
+        or less than sample by sample, in a fraction of the samples."""
         history = self.store.history_seconds
         step = self.store.step_seconds or replay_step(history)
         start = end - history if since is None else max(end - history, since)
-        span = step * max(1, points - 1)
-        while start < end:
-            stop = min(end, start + span)
-            yield start, stop, step
-            start = stop + step
+        coarse = max(step, self.coarse_history_step)
+        fine_from = end - self.config.replay_window_seconds / self.config.time_scale
+        segments = []
+        if coarse > step and fine_from - start >= coarse:
+            boundary = start + coarse * math.floor((fine_from - start) / coarse)
+            segments.append((start, boundary, coarse))
+            start = boundary + step
+        segments.append((start, end, step))
+        for first, last, every in segments:
+            span = every * max(1, points - 1)
+            while first <= last:
+                stop = min(last, first + span)
+                yield first, stop, every
+                if stop >= last:
+                    break
+                first = stop + every
+
+    @property
+    def coarse_history_step(self) -> float:
+        """Store seconds between the samples of history older than the replay window (half-life / 8)."""
+        return self.config.half_life_seconds / 8 / self.config.time_scale
 
     def bootstrap(self, now: float) -> int:
         """Replay the store's history into every server's estimator, the last sample at advisor time `now`
@@ -291,7 +320,9 @@ class StoreFleet:
             self.sources[name].hand(observations[-1][1] if observations else None, None, now)
         self._prefetch_server_info([name for name, p in self.pipelines.items() if p.server_info_due_next()])
         results = []
-        for name in sorted(self.pipelines):
+        # The what-if replays share one budget: the servers whose curve is oldest (or missing) go first.
+        budget = self.last_replay_budget = ReplayBudget(self.config.replay_budget)
+        for name in sorted(self.pipelines, key=self._replay_age_key):
             source = self.sources[name]
             if name not in seen:
                 source.hand(None, f"store {self.store.name}: {error}" if error else None, None)
@@ -299,8 +330,13 @@ class StoreFleet:
                 if error is None and (last is None or now - last > self.store.forget_after_seconds):
                     self._forget(name)
                     continue
-            results.append(self.pipelines[name].run(now))
+            results.append(self.pipelines[name].run(now, budget))
+        results.sort(key=lambda result: result.status.server)
         return results
+
+    def _replay_age_key(self, name: str) -> tuple[float, str]:
+        replayed = self.pipelines[name].replay_time
+        return (-math.inf if replayed is None else replayed, name)
 
     def close(self) -> None:
         for name in list(self.pipelines):

@@ -317,5 +317,35 @@ def test_a_restart_resumes_from_the_checkpoint_and_reads_the_store_only_since(fl
         assert status.workload.requests_observed >= previous.workload.requests_observed
         rec, was = status.recommendation, previous.recommendation
         assert rec.ratio is not None and was is not None and was.ratio is not None
-        assert same_ratio((was.ratio, was.ratio_lower, was.ratio_upper), (rec.ratio, rec.ratio_lower, rec.ratio_upper),
-                          bool(was.replay_source and rec.replay_source)), (server, was.reason, rec.reason)
+        # The what-if curve is not checkpointed: the restart replays the same traffic afresh (another random
+        # draw of the lengths), so its plateau may move by the replay's noise; the decision holds.
+        assert rec.decision == was.decision, (server, was.reason, rec.reason)
+        assert rec.ratio == pytest.approx(was.ratio, rel=0.35), (server, was.reason, rec.reason)
+
+
+def test_the_replays_of_a_fleet_share_one_budget_oldest_first(fleet: Fleet) -> None:
+    """With a budget smaller than one replay, each cycle replays one server (the one whose curve is oldest or
+    missing) and the others keep what they had; within as many cycles as servers, every server has a curve."""
+    advisor = Advisor(config_from_dict({**store_config(fleet.prometheus), "replay_budget_seconds": 0.001}))
+    replayed: list[set[str]] = []
+    try:
+        (store_fleet,) = advisor.fleets
+        for _ in range(len(fleet.direct)):
+            advisor.run_cycle(timeout=60.0)
+            budget = store_fleet.last_replay_budget
+            assert budget is not None and budget.ran == 1, (budget.ran, budget.deferred)
+            replayed.append({name for name, p in store_fleet.pipelines.items() if p.replay_time is not None})
+        statuses = {s.server: s for s in advisor.run_cycle(timeout=60.0)}
+    finally:
+        advisor.close()
+    assert [len(names) for names in replayed] == list(range(1, len(fleet.direct) + 1))
+    assert all(status.recommendation and status.recommendation.replay_source for status in statuses.values())
+    none = Advisor(config_from_dict({**store_config(fleet.prometheus), "replay_budget_seconds": 0}))
+    try:
+        statuses = {s.server: s for s in none.run_cycle(timeout=60.0)}
+        (store_fleet,) = none.fleets
+        assert store_fleet.last_replay_budget is not None and store_fleet.last_replay_budget.ran == 0
+        assert store_fleet.last_replay_budget.deferred == len(fleet.direct)
+    finally:
+        none.close()
+    assert not any(status.recommendation and status.recommendation.replay_source for status in statuses.values())
