@@ -55,11 +55,11 @@ def test_the_history_replay_feeds_every_server_before_the_first_cycle(store):
     fleet = fleet_of(store)
     try:
         fed = fleet.bootstrap(NOW)
-        # the last replay window (30 min) at 60 s steps, the half hour before it at 450 s (half-life / 8)
-        assert fed == 5 * (30 + 5)
+        # the last replay window (30 min) at 60 s steps, the half hour before it at 1800 s (half-life / 2)
+        assert fed == 5 * (30 + 2)
         starts = sorted({(float(form["start"]), float(form["step"])) for path, form, _ in store.posts
                          if path.endswith("/query_range")})
-        assert starts[0] == (NOW - 3600, 450.0) and starts[-1][1] == 60.0
+        assert starts[0] == (NOW - 3600, 1800.0) and starts[-1][1] == 60.0
         seen = statuses(fleet, NOW)
     finally:
         fleet.close()
