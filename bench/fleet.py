@@ -205,6 +205,8 @@ def run_advisor(store_url: str, servers: int, history: str, cycles: int, interva
             decisions[decision] = decisions.get(decision, 0) + 1
         time.sleep(interval)
     seen = len(fleet.pipelines)
+    sampled = list(fleet.pipelines.values())[:50]  # what the checkpoint holds per server
+    state_kb = sum(len(json.dumps(p.state(), separators=(",", ":"))) for p in sampled) / max(1, len(sampled)) / 1024
     fleet.close()
     if fleet.last_error or seen != servers:
         raise SystemExit(f"fleet of {servers}: saw {seen} servers; store error: {fleet.last_error}")
@@ -222,6 +224,7 @@ def run_advisor(store_url: str, servers: int, history: str, cycles: int, interva
         "bootstrap_ms_per_server_sample": round(1000 * bootstrap_seconds / max(1, fed), 3),
         "replays_per_cycle": [ran for ran, _ in replays],
         "replay_seconds_per_cycle": [spent for _, spent in replays],
+        "checkpoint_kb_per_server": round(state_kb, 1),
         "history": history,
         "decisions": decisions,
     }
