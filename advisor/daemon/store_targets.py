@@ -11,11 +11,14 @@ and reads the store only from there on (never further back than `history`).
 
 from __future__ import annotations
 
+import gc
 import logging
 import math
+import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from functools import partial
 from typing import Any
 
@@ -49,6 +52,32 @@ REPLAY_SAMPLES_PER_QUERY = 1_200_000
 MAX_POINTS_PER_SERIES = 11_000
 # /server_info requests in flight at once when many servers are due together (start, every server_info_every).
 SERVER_INFO_WORKERS = 32
+
+
+_gc_lock = threading.Lock()
+_gc_pausers = 0
+_gc_was_enabled = False
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector paused for a fleet's store answers and server cycles: they allocate
+    millions of small objects that all survive the cycle, and each allocation-triggered collection rescans
+    every live one (1000 servers x 6 h: 35 s of start-up with it, 27 s without). Reference counting still
+    frees everything as usual; the collector resumes when the last pauser (targets run on threads) ends."""
+    global _gc_pausers, _gc_was_enabled
+    with _gc_lock:
+        if _gc_pausers == 0:
+            _gc_was_enabled = gc.isenabled()
+            gc.disable()
+        _gc_pausers += 1
+    try:
+        yield
+    finally:
+        with _gc_lock:
+            _gc_pausers -= 1
+            if _gc_pausers == 0 and _gc_was_enabled:
+                gc.enable()
 
 
 class StoreServerSource(StandInSource):
@@ -245,6 +274,11 @@ class StoreFleet:
         return self.config.half_life_seconds / 2 / self.config.time_scale
 
     def bootstrap(self, now: float) -> int:
+        """`_bootstrap` with the garbage collector paused (`gc_paused`)."""
+        with gc_paused():
+            return self._bootstrap(now)
+
+    def _bootstrap(self, now: float) -> int:
         """Replay the store's history into every server's estimator, the last sample at advisor time `now`
         (history runs `time_scale` times faster in advisor time, as live cycles do). After a checkpoint the
         replay starts at the store time the checkpoint had read up to: its sample there is each resumed
@@ -305,6 +339,11 @@ class StoreFleet:
             log.warning("store %s: %s", self.store.name, error)
 
     def cycle(self, now: float) -> list[ServerResult]:
+        """One cycle (`_cycle`) with the garbage collector paused (`gc_paused`)."""
+        with gc_paused():
+            return self._cycle(now)
+
+    def _cycle(self, now: float) -> list[ServerResult]:
         """One cycle: the fixed queries at the store's now, then every known server's own cycle."""
         if not self.bootstrapped:
             self.bootstrap(now)
@@ -351,4 +390,4 @@ def _finite(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-__all__ = ["StoreFleet", "StoreServerSource"]
+__all__ = ["StoreFleet", "StoreServerSource", "gc_paused"]

@@ -172,3 +172,24 @@ def test_a_checkpoint_from_other_shards_or_malformed_starts_cold(store):
         cold.resume(bad)
         assert cold.read_until is None and not cold.pipelines
         cold.close()
+
+
+def test_the_collector_pause_nests_and_restores_what_it_found():
+    import gc
+
+    from advisor.daemon.store_targets import gc_paused
+
+    assert gc.isenabled()
+    with gc_paused():
+        assert not gc.isenabled()
+        with gc_paused():  # another target's cycle overlapping
+            assert not gc.isenabled()
+        assert not gc.isenabled()  # the outer pauser still runs
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with gc_paused():
+            pass
+        assert not gc.isenabled()  # it was off before: left off
+    finally:
+        gc.enable()
