@@ -278,7 +278,11 @@ def _series_of(data: Any, max_series: int = DEFAULT_STORE_MAX_SERIES) -> tuple[l
     series: list[PromSeries] = []
     skipped = 0
     scrubbed: dict[Any, str] = {}
-    for item in result:
+    # Each decoded row is dropped as soon as it is read, so a fleet's answer (a million rows) is never held
+    # twice over, as JSON objects and as series.
+    result.reverse()
+    while result:
+        item = result.pop()
         pairs = [item["value"]] if kind == "vector" else item["values"]
         samples, dropped = _finite_samples(pairs)
         skipped += dropped
