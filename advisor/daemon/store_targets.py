@@ -231,6 +231,7 @@ class StoreFleet:
             if not result.ok:
                 return frame, result.error or "store query failed"
             frame.add(query, ((s.labels, s.samples) for s in result.series))
+            del result  # read into the frame: not held while the next answer is decoded
             cap = self.store.max_servers_per_store
             if too_many_servers(len(frame.samples), cap):  # each server would get its own pipeline: refuse, counted
                 return self._empty_frame(), too_many_servers(len(frame.samples), cap)
