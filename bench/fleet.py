@@ -205,8 +205,13 @@ def run_advisor(store_url: str, servers: int, history: str, cycles: int, interva
             decisions[decision] = decisions.get(decision, 0) + 1
         time.sleep(interval)
     seen = len(fleet.pipelines)
-    sampled = list(fleet.pipelines.values())[:50]  # what the checkpoint holds per server
-    state_kb = sum(len(json.dumps(p.state(), separators=(",", ":"))) for p in sampled) / max(1, len(sampled)) / 1024
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # before the checkpoint's JSON below
+    rss_mb = _rss_mb()
+    started = time.monotonic()  # what the daemon's checkpoint adds to a cycle: every server's state, as JSON
+    checkpoint = json.dumps({name: p.state() for name, p in fleet.pipelines.items()}, separators=(",", ":"))
+    checkpoint_seconds = time.monotonic() - started
+    state_kb = len(checkpoint) / max(1, seen) / 1024
+    del checkpoint
     fleet.close()
     if fleet.last_error or seen != servers:
         raise SystemExit(f"fleet of {servers}: saw {seen} servers; store error: {fleet.last_error}")
@@ -214,9 +219,9 @@ def run_advisor(store_url: str, servers: int, history: str, cycles: int, interva
         "servers": servers,
         "cycle_seconds": round(max(durations), 3),
         "cycle_seconds_median": round(sorted(durations)[len(durations) // 2], 3),
-        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "peak_rss_mb": round(peak_mb, 1),
         "queries_per_cycle": max(queries),
-        "rss_after_cycles_mb": round(_rss_mb(), 1),
+        "rss_after_cycles_mb": round(rss_mb, 1),
         "bootstrap_peak_rss_mb": round(bootstrap_peak_mb, 1),
         "bootstrap_seconds": round(bootstrap_seconds, 2),
         "bootstrap_queries": bootstrap_queries,
@@ -225,6 +230,7 @@ def run_advisor(store_url: str, servers: int, history: str, cycles: int, interva
         "replays_per_cycle": [ran for ran, _ in replays],
         "replay_seconds_per_cycle": [spent for _, spent in replays],
         "checkpoint_kb_per_server": round(state_kb, 1),
+        "checkpoint_seconds": round(checkpoint_seconds, 2),
         "history": history,
         "decisions": decisions,
     }

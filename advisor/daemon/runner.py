@@ -166,7 +166,7 @@ class Advisor:
             results = []
         snapshots = {}
         fleet_snapshot = None
-        if target.checkpointed:
+        if target.checkpointed and self.config.checkpoint_path:  # a fleet's states cost: only taken to be saved
             for server in target.servers():
                 try:
                     snapshots[server.name] = server.state()
