@@ -27,6 +27,10 @@ from advisor.status import TargetStatus
 
 log = logging.getLogger("pool_advisor")
 CYCLE_BUDGET_SHARE = 0.9  # of interval_seconds: how long a cycle waits for its targets
+# Of the wall time, at most this share goes to writing checkpoints: a write that took t seconds (a large store
+# fleet's states and JSON: ~5 s at 1000 servers) is followed by the next one no sooner than t / share later.
+# A small config writes after every cycle; every config writes on shutdown.
+CHECKPOINT_TIME_SHARE = 0.1
 
 
 class Advisor:
@@ -49,6 +53,7 @@ class Advisor:
         self._loaded: dict[str, Any] = {}  # server -> its entry in the checkpoint read at start
         # a store target -> its checkpoint_state() when its last cycle ended, else as the checkpoint held it
         self._store_snapshots: dict[str, Any] = {}
+        self._next_checkpoint_at = 0.0  # time.monotonic() from which the next cycle writes the checkpoint
 
     @property
     def latest(self) -> dict[str, TargetStatus]:
@@ -143,6 +148,10 @@ class Advisor:
             for server in self._checkpointed():
                 server.ledger.count("checkpoint")
 
+    def _checkpoint_due(self) -> bool:
+        """Whether a checkpoint is configured and this cycle's end writes it (`CHECKPOINT_TIME_SHARE`)."""
+        return bool(self.config.checkpoint_path) and time.monotonic() >= self._next_checkpoint_at
+
     def _server_state(self, server: ServerPipeline, idle: bool) -> Any:
         """A server's state for the checkpoint: fresh when its target is idle, else the snapshot its last cycle
         left (never read a state a running cycle is changing), else what the checkpoint held at start."""
@@ -166,7 +175,7 @@ class Advisor:
             results = []
         snapshots = {}
         fleet_snapshot = None
-        if target.checkpointed and self.config.checkpoint_path:  # a fleet's states cost: only taken to be saved
+        if target.checkpointed and self._checkpoint_due():  # a fleet's states cost: only taken to be saved
             for server in target.servers():
                 try:
                     snapshots[server.name] = server.state()
@@ -234,7 +243,9 @@ class Advisor:
                 self._done.wait(remaining)
         self._mark_overruns(budget)
         checkpoint_started = time.monotonic()
-        self.save_checkpoint()
+        if self._checkpoint_due():
+            self.save_checkpoint()
+            self._next_checkpoint_at = time.monotonic() + (time.monotonic() - checkpoint_started) / CHECKPOINT_TIME_SHARE
         checkpointed = time.monotonic()
         self.store.cycle_ended()  # the exporter renders this cycle's exposition now, not on a scrape
         finished = time.monotonic()

@@ -193,3 +193,35 @@ def test_the_collector_pause_nests_and_restores_what_it_found():
         assert not gc.isenabled()  # it was off before: left off
     finally:
         gc.enable()
+
+
+def test_checkpoint_writes_take_a_bounded_share_of_the_time(store, tmp_path, monkeypatch):
+    """A write is followed by the next no sooner than its own duration / CHECKPOINT_TIME_SHARE later: with a
+    tiny share the cycles after a write skip it (a large fleet's states are not dumped every cycle), with a
+    large one every cycle writes, and shutdown always writes."""
+    from advisor.daemon import runner
+    from advisor.daemon.runner import Advisor
+
+    writes: list[float] = []
+    real_write = runner.write_checkpoint
+
+    def counted(path, state, **kwargs):
+        writes.append(state["saved_at"])
+        real_write(path, state, **kwargs)
+
+    monkeypatch.setattr(runner, "write_checkpoint", counted)
+    config = config_from_dict({"targets": [{"kind": "prometheus", "url": store.url, "history": "10m", "step": "60s",
+                                            "server_info_url": ""}],
+                               "checkpoint_path": str(tmp_path / "state.json"), "interval_seconds": 5.0})
+    for share, expected in ((1e-9, 1), (1e9, 3)):
+        writes.clear()
+        monkeypatch.setattr(runner, "CHECKPOINT_TIME_SHARE", share)
+        advisor = Advisor(config)
+        try:
+            for _ in range(3):
+                advisor.run_cycle(timeout=20.0)
+            assert len(writes) == expected, (share, writes)
+            advisor.save_checkpoint()  # what shutdown does
+            assert len(writes) == expected + 1
+        finally:
+            advisor.close()
