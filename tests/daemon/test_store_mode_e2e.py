@@ -320,7 +320,9 @@ def test_a_restart_resumes_from_the_checkpoint_and_reads_the_store_only_since(fl
         # The what-if curve is not checkpointed: the restart replays the same traffic afresh (another random
         # draw of the lengths), so its plateau may move by the replay's noise; the decision holds.
         assert rec.decision == was.decision, (server, was.reason, rec.reason)
-        assert rec.ratio == pytest.approx(was.ratio, rel=0.35), (server, was.reason, rec.reason)
+        on_band = was.ratio_lower is not None and was.ratio_upper is not None and \
+            was.ratio_lower <= rec.ratio <= was.ratio_upper
+        assert on_band or rec.ratio == pytest.approx(was.ratio, rel=0.35), (server, was.reason, rec.reason)
 
 
 def test_the_replays_of_a_fleet_share_one_budget_oldest_first(fleet: Fleet) -> None:
