@@ -59,6 +59,9 @@ class AdvisorConfig:
     replay_window_seconds: float = 1800.0
     replay_interval_seconds: float = 300.0
     replay_workers: int = 1  # processes a replay's candidate ratios are spread over (1: in the daemon's own)
+    # Seconds of what-if replay one cycle may spend across a store target's servers (oldest replay first; the
+    # rest keep their last curve): None is a quarter of interval_seconds, 0 replays none of them.
+    replay_budget_seconds: float | None = None
     timeout_seconds: float = 5.0
     server_info_every: int = 20  # cycles between /server_info refreshes (it runs on the scheduler's loop)
     stale_after_cycles: int = 3
@@ -69,6 +72,13 @@ class AdvisorConfig:
     max_line_bytes: int = 1 << 20  # one /metrics line or one followed log line
     max_labels_per_series: int = 64  # labels on one /metrics sample
     max_series: int = 200_000  # samples of the families the advisor reads, per scrape
+
+    @property
+    def replay_budget(self) -> float:
+        """The per-cycle replay budget of a store target, in seconds."""
+        if self.replay_budget_seconds is not None:
+            return self.replay_budget_seconds
+        return 0.25 * self.interval_seconds
 
     @property
     def listen_host(self) -> str:
@@ -93,7 +103,8 @@ def _string(value: Any, name: str) -> str:
 
 # The numeric fields of each mapping, checked against their bounds in advisor.validate.BOUNDS.
 _TOP_NUMBERS = ("interval_seconds", "timeout_seconds", "half_life_seconds", "time_scale", "state_bias",
-                "replay_window_seconds", "replay_interval_seconds", "replay_workers", "server_info_every", "stale_after_cycles",
+                "replay_window_seconds", "replay_interval_seconds", "replay_workers", "replay_budget_seconds",
+                "server_info_every", "stale_after_cycles",
                 "max_body_bytes", "max_line_bytes", "max_labels_per_series", "max_series")
 _TARGET_NUMBERS = ("state_bytes_per_slot", "kv_bytes_per_token", "rest_gib")
 

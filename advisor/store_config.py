@@ -14,11 +14,23 @@ from typing import Any
 from advisor.errors import InputError
 from advisor.sources.fleet_queries import DEFAULT_SERVER_LABELS
 from advisor.sources.http import redact_url
+from advisor.sources.prometheus_store import (
+    MAX_SERVERS_PER_STORE as DEFAULT_MAX_SERVERS_PER_STORE,
+)
 from advisor.sources.prometheus_store import StoreAuth, parse_duration, selector_matchers
-from advisor.validate import BOUNDS, check_fields, config_number
+from advisor.validate import BOUNDS, check_fields, config_number, shown
 
 DEFAULT_HISTORY_SECONDS = 6 * 3600.0  # six half-lives of the default estimator: older history weighs < 2%
 DEFAULT_SERVER_INFO_URL = "http://{instance}"
+
+
+@dataclass(frozen=True)
+class StoreShard:
+    """This advisor's share of the store's servers: those whose server labels hash to `index` of `total`
+    (`advisor.sources.fleet_queries.shard_of`, Prometheus' `hashmod`)."""
+
+    index: int
+    total: int
 
 
 @dataclass(frozen=True)
@@ -37,6 +49,9 @@ class StoreTargetConfig:
     auth: StoreAuth = field(default_factory=StoreAuth)
     timeout_seconds: float = 30.0
     forget_after_seconds: float = 600.0
+    shard: StoreShard | None = None  # None: every server the selector matches
+    # Servers this target may hold (each gets its own state); the store client's answer caps scale with it.
+    max_servers_per_store: int = DEFAULT_MAX_SERVERS_PER_STORE
 
     @property
     def matchers(self) -> str:
@@ -63,6 +78,23 @@ def _secret(raw: Mapping[str, Any], key: str, env: Mapping[str, str], where: str
         if value is None:
             raise InputError(f"field '{where}.{key}_env': environment variable {env_name} is not set")
     return None if value is None else str(value)
+
+
+def _shard(raw: Any, where: str) -> StoreShard | None:
+    """`shard: {index: i, total: n}`, 0 <= i < n, validated; None when absent."""
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        raise InputError(f"field '{where}.shard' must be a mapping like {{index: 0, total: 2}}, got {shown(raw)}")
+    check_fields(dict(raw), ("index", "total"), f"{where}.shard")
+    for key in ("index", "total"):
+        if key not in raw:
+            raise InputError(f"field '{where}.shard.{key}' is missing (shard: {{index: 0, total: 2}})")
+    total = int(config_number(raw["total"], f"{where}.shard.total", BOUNDS["shard_total"]))
+    index = int(config_number(raw["index"], f"{where}.shard.index", BOUNDS["shard_index"]))
+    if index >= total:
+        raise InputError(f"field '{where}.shard.index' must be < shard.total ({total}), got {index}")
+    return StoreShard(index=index, total=total)
 
 
 def store_target_from_dict(raw: Mapping[str, Any], where: str, env: Mapping[str, str]) -> StoreTargetConfig:
@@ -106,6 +138,10 @@ def store_target_from_dict(raw: Mapping[str, Any], where: str, env: Mapping[str,
     values["server_api_key"] = _secret(raw, "server_api_key", env, where)
     if raw.get("assumed_ratio") is not None:
         values["assumed_ratio"] = config_number(raw["assumed_ratio"], f"{where}.assumed_ratio", BOUNDS["assumed_ratio"])
+    values["shard"] = _shard(raw.get("shard"), where)
+    if raw.get("max_servers_per_store") is not None:
+        values["max_servers_per_store"] = int(config_number(raw["max_servers_per_store"], f"{where}.max_servers_per_store",
+                                                            BOUNDS["max_servers_per_store"]))
     ca_file = raw.get("ca_file")
     values["auth"] = StoreAuth(
         bearer_token=_secret(raw, "bearer_token", env, where),
@@ -116,4 +152,4 @@ def store_target_from_dict(raw: Mapping[str, Any], where: str, env: Mapping[str,
     return StoreTargetConfig(**values)
 
 
-__all__ = ["DEFAULT_HISTORY_SECONDS", "StoreTargetConfig", "store_target_from_dict"]
+__all__ = ["DEFAULT_HISTORY_SECONDS", "StoreShard", "StoreTargetConfig", "store_target_from_dict"]

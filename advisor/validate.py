@@ -37,12 +37,17 @@ BOUNDS: dict[str, Bound] = {
     "replay_window_seconds": Bound(60.0, 86400.0, "seconds"),
     "replay_interval_seconds": Bound(0.0, 86400.0, "seconds", positive=False),  # 0 turns the replay off
     "replay_workers": Bound(1, 64, "processes", integer=True),
+    "replay_budget_seconds": Bound(0.0, 86400.0, "seconds", positive=False),  # per cycle, across a store's servers
     "server_info_every": Bound(1, 1e6, "cycles", integer=True),
     "stale_after_cycles": Bound(1, 1e6, "cycles", integer=True),
     "max_body_bytes": Bound(1024, 1 << 34, "bytes", integer=True),
     "max_line_bytes": Bound(256, 1 << 30, "bytes", integer=True),
     "max_labels_per_series": Bound(1, 10_000, integer=True),
     "max_series": Bound(10, 1e8, integer=True),
+    # a store target's `shard: {index, total}` (0 <= index < total)
+    "shard_total": Bound(1, 1e6, "shards", integer=True),
+    "shard_index": Bound(0, 1e6, integer=True, positive=False),
+    "max_servers_per_store": Bound(1, 100_000, "servers", integer=True),
     # a server's byte constants and pool budget (a target's overrides, `recommend` flags, a boot log's values)
     "state_bytes_per_slot": Bound(1.0, 1e12, "bytes"),
     "kv_bytes_per_token": Bound(1.0, 1e10, "bytes"),

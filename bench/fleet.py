@@ -4,11 +4,14 @@ A synthetic store (its own process, so its CPU is shared but its memory is not c
 fixed queries for N servers whose counters, gauges and token histograms move with the clock as SGLang's do.
 For each fleet size the advisor runs in a fresh process: the history replay at start (VPA's history init),
 then live cycles; it prints the seconds per cycle (the slowest), the advisor's peak RSS and the queries sent
-per cycle, which stays the same whatever the fleet size.
+per cycle, which stays the same whatever the fleet size, the what-if replays each cycle ran within its
+budget (`replay_budget_seconds`, a quarter of the 15 s interval by default), and the history replay's cost per
+server-sample. A start-up row replays a long history (default 1000 servers x 6 h, the default `history`)
+and runs one cycle.
 
-    python bench/fleet.py                       # 10, 100, 1000 servers, a table
-    python bench/fleet.py --json                # one JSON object per fleet size
-    python bench/fleet.py --sizes 10,3000 --history 1h --cycles 5
+    python bench/fleet.py                       # 1000 and 10,000 servers, then 1000 servers x 6 h start-up
+    python bench/fleet.py --json                # one JSON object per row
+    python bench/fleet.py --sizes 10,3000 --history 1h --cycles 5 --startup none
 """
 
 from __future__ import annotations
@@ -178,7 +181,8 @@ def run_advisor(store_url: str, servers: int, history: str, cycles: int, interva
     from advisor.store_config import store_target_from_dict
 
     store = store_target_from_dict({"kind": "prometheus", "url": store_url, "history": history,
-                                    "server_info_url": "", "timeout_seconds": "300s"}, "bench", {})
+                                    "server_info_url": "", "timeout_seconds": "300s",
+                                    "max_servers_per_store": max(servers, 2000)}, "bench", {})
     fleet = StoreFleet(store, config_from_dict({"targets": []}), quiet=True)
     started = time.monotonic()
     fed = fleet.bootstrap(time.time())
@@ -186,18 +190,28 @@ def run_advisor(store_url: str, servers: int, history: str, cycles: int, interva
     bootstrap_queries = fleet.client.queries_sent
     bootstrap_peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     durations, queries, decisions = [], [], {}
+    replays = []
     for _ in range(cycles):
         sent = fleet.client.queries_sent
         started = time.monotonic()
         statuses = [result.status for result in fleet.cycle(time.time())]
         durations.append(time.monotonic() - started)
         queries.append(fleet.client.queries_sent - sent)
+        budget = fleet.last_replay_budget
+        replays.append((budget.ran, round(budget.spent, 2)) if budget is not None else (0, 0.0))
         decisions = {}
         for status in statuses:
             decision = status.recommendation.decision if status.recommendation else "none"
             decisions[decision] = decisions.get(decision, 0) + 1
         time.sleep(interval)
     seen = len(fleet.pipelines)
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # before the checkpoint's JSON below
+    rss_mb = _rss_mb()
+    started = time.monotonic()  # what the daemon's checkpoint adds to a cycle: every server's state, as JSON
+    checkpoint = json.dumps({name: p.state() for name, p in fleet.pipelines.items()}, separators=(",", ":"))
+    checkpoint_seconds = time.monotonic() - started
+    state_kb = len(checkpoint) / max(1, seen) / 1024
+    del checkpoint
     fleet.close()
     if fleet.last_error or seen != servers:
         raise SystemExit(f"fleet of {servers}: saw {seen} servers; store error: {fleet.last_error}")
@@ -205,13 +219,18 @@ def run_advisor(store_url: str, servers: int, history: str, cycles: int, interva
         "servers": servers,
         "cycle_seconds": round(max(durations), 3),
         "cycle_seconds_median": round(sorted(durations)[len(durations) // 2], 3),
-        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "peak_rss_mb": round(peak_mb, 1),
         "queries_per_cycle": max(queries),
-        "rss_after_cycles_mb": round(_rss_mb(), 1),
+        "rss_after_cycles_mb": round(rss_mb, 1),
         "bootstrap_peak_rss_mb": round(bootstrap_peak_mb, 1),
         "bootstrap_seconds": round(bootstrap_seconds, 2),
         "bootstrap_queries": bootstrap_queries,
         "bootstrap_samples_fed": fed,
+        "bootstrap_ms_per_server_sample": round(1000 * bootstrap_seconds / max(1, fed), 3),
+        "replays_per_cycle": [ran for ran, _ in replays],
+        "replay_seconds_per_cycle": [spent for _, spent in replays],
+        "checkpoint_kb_per_server": round(state_kb, 1),
+        "checkpoint_seconds": round(checkpoint_seconds, 2),
         "history": history,
         "decisions": decisions,
     }
@@ -239,8 +258,10 @@ def measure(servers: int, history: str, cycles: int, interval: float) -> dict[st
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", default="10,100,1000", help="comma-separated fleet sizes")
-    parser.add_argument("--history", default="30m", help="history replayed at start (default 30m)")
+    parser.add_argument("--sizes", default="1000,10000", help="comma-separated fleet sizes (default 1000,10000)")
+    parser.add_argument("--history", default="5m", help="history replayed at start of the size rows (default 5m)")
+    parser.add_argument("--startup", default="1000x6h",
+                        help="a start-up row: SERVERSxHISTORY, one cycle (default 1000x6h; 'none' to skip)")
     parser.add_argument("--cycles", type=int, default=3, help="live cycles after the replay (default 3)")
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between live cycles (default 1)")
     parser.add_argument("--json", action="store_true", help="one JSON object per fleet size, one per line")
@@ -256,16 +277,21 @@ def main() -> int:
     if args.advisor:
         print(json.dumps(run_advisor(args.advisor, args.servers, args.history, args.cycles, args.interval)))
         return 0
-    results = [measure(int(n), args.history, args.cycles, args.interval) for n in args.sizes.split(",")]
+    results = [{"row": "cycles", **measure(int(n), args.history, args.cycles, args.interval)}
+               for n in args.sizes.split(",") if n]
+    if args.startup != "none":
+        servers, history = args.startup.split("x", 1)
+        results.append({"row": "startup", **measure(int(servers), history, 1, args.interval)})
     if args.json:
         for result in results:
             print(json.dumps(result))
         return 0
-    print(f"{'servers':>8} {'cycle s':>8} {'peak RSS MB':>12} {'queries/cycle':>14} {'bootstrap s':>12} "
-          f"{'bootstrap queries':>18}  decisions")
+    print(f"{'row':>8} {'servers':>8} {'history':>8} {'cycle s':>8} {'peak RSS MB':>12} {'queries/cycle':>14} "
+          f"{'replays/cycle':>14} {'start-up s':>11} {'samples':>9} {'ms/sample':>10}  decisions")
     for r in results:
-        print(f"{r['servers']:>8} {r['cycle_seconds']:>8.3f} {r['peak_rss_mb']:>12.1f} {r['queries_per_cycle']:>14} "
-              f"{r['bootstrap_seconds']:>12.2f} {r['bootstrap_queries']:>18}  {r['decisions']}")
+        print(f"{r['row']:>8} {r['servers']:>8} {r['history']:>8} {r['cycle_seconds']:>8.3f} {r['peak_rss_mb']:>12.1f} "
+              f"{r['queries_per_cycle']:>14} {max(r['replays_per_cycle']):>14} {r['bootstrap_seconds']:>11.2f} "
+              f"{r['bootstrap_samples_fed']:>9} {r['bootstrap_ms_per_server_sample']:>10.3f}  {r['decisions']}")
     return 0
 
 

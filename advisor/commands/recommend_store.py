@@ -20,6 +20,7 @@ from advisor.errors import InputError
 from advisor.sources.prometheus_store import parse_duration
 from advisor.status import TargetStatus
 from advisor.store_config import store_target_from_dict
+from advisor.validate import BOUNDS
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -58,8 +59,9 @@ def run(args: argparse.Namespace) -> int:
                 "ca_file": args.ca_file, "bearer_token_env": args.bearer_token_env, "password_env": args.password_env}
     raw.update({k: v for k, v in optional.items() if v is not None})
     store = store_target_from_dict(raw, "--prometheus-url", os.environ)
+    # One cycle and no next one: every server's what-if replay runs in it (no per-cycle replay budget).
     config = config_from_dict({"targets": [], "half_life_seconds": parse_duration(args.half_life, "--half-life"),
-                               "time_scale": args.time_scale})
+                               "time_scale": args.time_scale, "replay_budget_seconds": BOUNDS["replay_budget_seconds"].high})
     fleet = StoreFleet(store, config, quiet=True)
     try:
         now = time.time()

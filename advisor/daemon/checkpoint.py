@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 CHECKPOINT_FORMAT = "sglang-pool-advisor/checkpoint/v1"
-MAX_CHECKPOINT_BYTES = 256 << 20  # a target's state is tens of KB; far beyond this is not our file
+MAX_CHECKPOINT_BYTES = 256 << 20  # a server's state is tens of KB (~30 KB through a store): ~8000 servers
 STALE_TEMP_SECONDS = 60.0  # a temp file older than this belongs to no write in progress
 
 
@@ -52,14 +52,19 @@ def checkpoint_path_problem(path: str | Path) -> str | None:
     return None
 
 
-def write_checkpoint(path: str | Path, state: dict[str, Any]) -> None:
-    """Atomically replace the checkpoint at `path` (never anything that is not a regular file: OSError)."""
+def write_checkpoint(path: str | Path, state: dict[str, Any], *, max_bytes: int = MAX_CHECKPOINT_BYTES) -> None:
+    """Atomically replace the checkpoint at `path` (never anything that is not a regular file: OSError). A
+    state larger than a restart would read (`max_bytes`) is not written (OSError): the previous checkpoint
+    stays, rather than one the next start would set aside as oversized."""
     target = Path(path)
     problem = checkpoint_path_problem(target)
     if problem is not None:
         raise OSError(errno.EINVAL, problem)
     target.parent.mkdir(parents=True, exist_ok=True)
     payload = json.dumps({"format": CHECKPOINT_FORMAT, "state": state}, separators=(",", ":"))
+    if len(payload) > max_bytes:
+        raise OSError(errno.EFBIG, f"checkpoint would be {len(payload)} bytes, more than the {max_bytes} a start "
+                                   "reads; kept the previous one (shard a large store target over several advisors)")
     fd, tmp_name = tempfile.mkstemp(prefix=_temp_prefix(target), suffix=".tmp", dir=target.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:

@@ -127,6 +127,27 @@ class ObservationSource(Protocol):
     def close(self) -> None: ...
 
 
+class ReplayBudget:
+    """Seconds of what-if replay one cycle may spend across a store's servers (`replay_budget_seconds`): the
+    fleet runs its servers oldest replay first, each due replay runs while some budget is left (so one may
+    overrun it by its own length), and the servers past it keep their last curve until a later cycle."""
+
+    def __init__(self, seconds: float) -> None:
+        self.left = seconds
+        self.spent = 0.0
+        self.ran = 0
+        self.deferred = 0
+
+    def allows(self) -> bool:
+        return self.left > 0
+
+    def spend(self, seconds: float, replayed: bool) -> None:
+        """Charge a replay's seconds (its inputs' too, when they came to nothing to replay)."""
+        self.left -= seconds
+        self.spent += seconds
+        self.ran += replayed
+
+
 @dataclass
 class CycleReport:
     """What one cycle saw, for `--once`, `inspect` and tests."""
@@ -259,11 +280,11 @@ class ServerPipeline:
 
     # -- the cycle ------------------------------------------------------------------------------------
 
-    def run(self, now: float) -> ServerResult:
+    def run(self, now: float, replay_budget: ReplayBudget | None = None) -> ServerResult:
         """One cycle; a bug in it is counted (source=internal) and shown as down, never raised."""
         started = time.monotonic()
         try:
-            status, report, model = self._cycle(now)
+            status, report, model = self._cycle(now, replay_budget)
         except Exception as exc:
             self.ledger.count("internal", f"cycle failed: {type(exc).__name__}: {exc}")
             status = TargetStatus(server=self.name, up=False, last_errors=list(self.ledger.messages),
@@ -280,7 +301,7 @@ class ServerPipeline:
         view = ServerView(status=status, model=model, context_weights=weights, history=tuple(self.history))
         return ServerResult(status=status, report=report, view=view)
 
-    def _cycle(self, now: float) -> tuple[TargetStatus, CycleReport, ServerModel]:
+    def _cycle(self, now: float, replay_budget: ReplayBudget | None = None) -> tuple[TargetStatus, CycleReport, ServerModel]:
         started = time.monotonic()
         self.cycles += 1
         self.ledger.begin_cycle()
@@ -303,7 +324,7 @@ class ServerPipeline:
         report.boot = self.boot
         report.errors = list(self.ledger.messages)
         step = time.monotonic()
-        status, model = self._status(now)
+        status, model = self._status(now, replay_budget)
         report.step_seconds["recommend"] = time.monotonic() - step
         return status, report, model
 
@@ -390,7 +411,7 @@ class ServerPipeline:
         overrides = ByteOverrides(self.target.state_bytes_per_slot, self.target.kv_bytes_per_token, self.target.rest_gib)
         return server_model(serving, self.server_info, self.boot, self.previous, overrides)
 
-    def _status(self, now: float) -> tuple[TargetStatus, ServerModel]:
+    def _status(self, now: float, replay_budget: ReplayBudget | None = None) -> tuple[TargetStatus, ServerModel]:
         stale = self.consecutive_failures >= self.config.stale_after_cycles
         model = self.server_model()
         picture = WorkloadPicture(
@@ -398,7 +419,7 @@ class ServerPipeline:
             context_length=self.estimator.time_averaged_context(),
             confidence=self.estimator.confidence(now),
         )
-        picture.replay = self._replay(now, model, picture)
+        picture.replay = self._replay(now, model, picture, replay_budget)
         try:
             previous = self.last_recommendation.decision if self.last_recommendation else None
             rec = recommend(model, picture, self.recommender_settings, inputs_stale=stale, previous_decision=previous)
@@ -433,8 +454,10 @@ class ServerPipeline:
         )
         return status, model
 
-    def _replay(self, now: float, model: ServerModel, picture: WorkloadPicture) -> ReplayCurve | None:
-        """The what-if replay's curve: recomputed every replay_interval_seconds, reused in between."""
+    def _replay(self, now: float, model: ServerModel, picture: WorkloadPicture,
+                budget: ReplayBudget | None = None) -> ReplayCurve | None:
+        """The what-if replay's curve: recomputed every replay_interval_seconds, reused in between (and past
+        the cycle's replay budget, when the caller sets one)."""
         interval = self.config.replay_interval_seconds
         if interval <= 0:
             return None
@@ -444,25 +467,35 @@ class ServerPipeline:
         if (self.replay_time is not None and now - self.replay_time < interval and self.replay_result is not None
                 and same_live):
             return self.replay_result
-        prior = prior_ratio(model, picture, self.recommender_settings)
-        step_time = self.server_state.step_time
-        fit = step_time.fit(model.serving.draft_tokens if spec_enabled(model.serving) else 0)
-        traffic = self.server_state.traffic.picture(seed=self.cycles)
-        if prior is None or traffic is None:
+        if budget is not None and not budget.allows():  # before the inputs too: building them costs as well
+            budget.deferred += 1
             return self.replay_result
-        needed = ReplaySettings().min_window_seconds
-        if self.replay_result is None and traffic.window_seconds < needed:
-            picture.replay_warming_up = (traffic.window_seconds, needed)
-            return None
-        server = scheduler_server(model, self.boot, fit.cost if fit else step_time.prior)
-        if server is None:
-            return self.replay_result
+        started = time.monotonic()
+        replayed = False
         try:
-            self.replay_result = replay_curve(server, traffic, prior_ratio=prior, live_ratio=live,
-                                              run_many=replay_runner(self.config.replay_workers))
-        except (ValueError, ZeroDivisionError) as exc:
-            self.ledger.count("internal", f"replay failed: {exc}")
-            return self.replay_result
+            prior = prior_ratio(model, picture, self.recommender_settings)
+            step_time = self.server_state.step_time
+            fit = step_time.fit(model.serving.draft_tokens if spec_enabled(model.serving) else 0)
+            traffic = self.server_state.traffic.picture(seed=self.cycles)
+            if prior is None or traffic is None:
+                return self.replay_result
+            needed = ReplaySettings().min_window_seconds
+            if self.replay_result is None and traffic.window_seconds < needed:
+                picture.replay_warming_up = (traffic.window_seconds, needed)
+                return None
+            server = scheduler_server(model, self.boot, fit.cost if fit else step_time.prior)
+            if server is None:
+                return self.replay_result
+            try:
+                self.replay_result = replay_curve(server, traffic, prior_ratio=prior, live_ratio=live,
+                                                  run_many=replay_runner(self.config.replay_workers))
+            except (ValueError, ZeroDivisionError) as exc:
+                self.ledger.count("internal", f"replay failed: {exc}")
+                return self.replay_result
+            replayed = True
+        finally:
+            if budget is not None:
+                budget.spend(time.monotonic() - started, replayed)
         self.replay_time, self.replay_live_ratio = now, live
         return self.replay_result
 

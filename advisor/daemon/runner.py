@@ -27,6 +27,10 @@ from advisor.status import TargetStatus
 
 log = logging.getLogger("pool_advisor")
 CYCLE_BUDGET_SHARE = 0.9  # of interval_seconds: how long a cycle waits for its targets
+# Of the wall time, at most this share goes to writing checkpoints: a write that took t seconds (a large store
+# fleet's states and JSON: ~5 s at 1000 servers) is followed by the next one no sooner than t / share later.
+# A small config writes after every cycle; every config writes on shutdown.
+CHECKPOINT_TIME_SHARE = 0.1
 
 
 class Advisor:
@@ -47,6 +51,9 @@ class Advisor:
         self._busy: dict[str, _Task] = {}
         self._snapshots: dict[str, Any] = {}  # server -> its state() taken when its last cycle ended
         self._loaded: dict[str, Any] = {}  # server -> its entry in the checkpoint read at start
+        # a store target -> its checkpoint_state() when its last cycle ended, else as the checkpoint held it
+        self._store_snapshots: dict[str, Any] = {}
+        self._next_checkpoint_at = 0.0  # time.monotonic() from which the next cycle writes the checkpoint
 
     @property
     def latest(self) -> dict[str, TargetStatus]:
@@ -90,6 +97,17 @@ class Advisor:
             targets = state.get("targets")
             if not isinstance(targets, dict):
                 targets = {}
+            stores = state.get("stores")
+            for fleet in self.fleets:  # a store's servers exist only once it names them: recreate them first
+                saved_fleet = stores.get(fleet.name) if isinstance(stores, dict) else None
+                try:
+                    fleet.resume(saved_fleet)
+                except Exception as exc:  # the servers' entries are restored anyway; the history replay is whole
+                    log.warning("checkpoint entry of %s unusable (%s); replaying its whole history", fleet.name,
+                                type(exc).__name__)
+                else:
+                    if saved_fleet is not None:
+                        self._store_snapshots[fleet.name] = saved_fleet
             for server in self._checkpointed():
                 saved = targets.get(server.name)
                 if not isinstance(saved, dict):
@@ -108,6 +126,7 @@ class Advisor:
         if not path:
             return
         saved: dict[str, Any] = {}
+        stores: dict[str, Any] = {}
         with self._lock:
             for target in self.targets:
                 if not target.checkpointed:
@@ -117,13 +136,21 @@ class Advisor:
                     entry = self._server_state(server, idle)
                     if entry is not None:
                         saved[server.name] = entry
-            state = {"saved_at": self.now(), "targets": saved}
+                if isinstance(target, StoreFleet):
+                    fleet = target.checkpoint_state() if idle else self._store_snapshots.get(target.name)
+                    if fleet is not None:
+                        stores[target.name] = fleet
+            state = {"saved_at": self.now(), "targets": saved, "stores": stores}
         try:
             write_checkpoint(path, state)
         except OSError as exc:
             log.warning("cannot write checkpoint %s: %s", path, exc.strerror or exc)
             for server in self._checkpointed():
                 server.ledger.count("checkpoint")
+
+    def _checkpoint_due(self) -> bool:
+        """Whether a checkpoint is configured and this cycle's end writes it (`CHECKPOINT_TIME_SHARE`)."""
+        return bool(self.config.checkpoint_path) and time.monotonic() >= self._next_checkpoint_at
 
     def _server_state(self, server: ServerPipeline, idle: bool) -> Any:
         """A server's state for the checkpoint: fresh when its target is idle, else the snapshot its last cycle
@@ -147,14 +174,19 @@ class Advisor:
                 server.ledger.count("internal", "target cycle failed")
             results = []
         snapshots = {}
-        if target.checkpointed:
+        fleet_snapshot = None
+        if target.checkpointed and self._checkpoint_due():  # a fleet's states cost: only taken to be saved
             for server in target.servers():
                 try:
                     snapshots[server.name] = server.state()
                 except Exception:
                     pass
+            if isinstance(target, StoreFleet):
+                fleet_snapshot = target.checkpoint_state()
         with self._lock:
             self._snapshots.update(snapshots)
+            if fleet_snapshot is not None:
+                self._store_snapshots[target.name] = fleet_snapshot
             for result in results:
                 name = result.status.server
                 self.views[name], self.reports[name] = result.view, result.report
@@ -211,7 +243,9 @@ class Advisor:
                 self._done.wait(remaining)
         self._mark_overruns(budget)
         checkpoint_started = time.monotonic()
-        self.save_checkpoint()
+        if self._checkpoint_due():
+            self.save_checkpoint()
+            self._next_checkpoint_at = time.monotonic() + (time.monotonic() - checkpoint_started) / CHECKPOINT_TIME_SHARE
         checkpointed = time.monotonic()
         self.store.cycle_ended()  # the exporter renders this cycle's exposition now, not on a scrape
         finished = time.monotonic()

@@ -29,7 +29,7 @@ class Target(Protocol):
     """One scheduled unit: its servers' cycles run one after another on one thread, under one deadline."""
 
     name: str  # the scheduling key, unique among targets
-    checkpointed: bool  # whether its servers' state goes into the checkpoint (a store replays its history instead)
+    checkpointed: bool  # whether its servers' state goes into the checkpoint (a store also keeps the time read up to)
 
     def servers(self) -> list[ServerPipeline]: ...  # the servers it stands for now
 

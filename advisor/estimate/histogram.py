@@ -81,7 +81,7 @@ class DecayingHistogram:
         values, weights = values[keep], weights[keep]
         factor = self._factor(now)
         index = np.clip(np.searchsorted(BUCKET_STARTS, values, side="right") - 1, 0, len(BUCKET_STARTS) - 1)
-        np.add.at(self.weights, index, weights * factor)
+        self.weights += np.bincount(index, weights=weights * factor, minlength=len(self.weights))
         self.weighted_sum += float(np.sum(values * weights)) * factor
         self.sample_count += float(len(values) if samples is None else samples)
         if self.first_sample_time is None:

@@ -18,6 +18,7 @@ one hour keeps a regime shift from lingering past an afternoon while smoothing m
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
@@ -68,7 +69,13 @@ class ScrapeSample:
 
 
 def _bucket_representatives(upper_bounds: Sequence[float]) -> np.ndarray:
-    """A representative length per bucket (geometric middle; the +Inf bucket gets 1.5x its start)."""
+    """A representative length per bucket (geometric middle; the +Inf bucket gets 1.5x its start); read-only,
+    computed once per bucket layout (a server's layout never changes, and a fleet's history asks it per sample)."""
+    return _representatives_of(tuple(upper_bounds))
+
+
+@functools.lru_cache(maxsize=64)
+def _representatives_of(upper_bounds: tuple[float, ...]) -> np.ndarray:
     reps = []
     lower = 0.0
     for bound in upper_bounds:
@@ -77,7 +84,9 @@ def _bucket_representatives(upper_bounds: Sequence[float]) -> np.ndarray:
         else:
             reps.append(math.sqrt(max(lower, 1.0) * bound) if lower > 0 else bound / 2)
         lower = bound
-    return np.asarray(reps, dtype=float)
+    array = np.asarray(reps, dtype=float)
+    array.setflags(write=False)
+    return array
 
 
 def pairs_from_marginals(

@@ -15,6 +15,7 @@ Byte constants without `/server_info` come from the pool gauges (`max_total_num_
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -89,6 +90,20 @@ def replay_step(history_seconds: float, *, max_points: int = 240, min_step_secon
     return max(min_step_seconds, math.ceil(history_seconds / max_points))
 
 
+# Prometheus' relabel `separator` default: `hashmod` hashes the source label values joined by it.
+HASHMOD_SEPARATOR = ";"
+
+
+def shard_of(label_values: Sequence[str], total: int) -> int:
+    """Which of `total` shards a server belongs to, the way Prometheus' `hashmod` relabel action computes it
+    (model/relabel/relabel.go: md5 of the source label values joined by ";", the digest's last 8 bytes read
+    as a big-endian uint64, modulo `total`). A server whose labels are [instance] = ["10.0.0.1:30000"] lands
+    where `relabel_configs: [{source_labels: [instance], modulus: total, target_label: shard, action:
+    hashmod}]` puts it, so advisor shards can line up with Prometheus' own hashmod sharding."""
+    digest = hashlib.md5(HASHMOD_SEPARATOR.join(label_values).encode(), usedforsecurity=False).digest()
+    return int.from_bytes(digest[8:], "big") % total
+
+
 class _Sample:
     """The rows of one server at one timestamp, as they arrive from the queries (one map per kind of row)."""
 
@@ -105,20 +120,33 @@ class _Sample:
 class FleetFrame:
     """Result rows of the fleet queries, grouped per server and timestamp; `observations()` reads them back."""
 
-    def __init__(self, server_labels: Sequence[str] = DEFAULT_SERVER_LABELS) -> None:
+    def __init__(self, server_labels: Sequence[str] = DEFAULT_SERVER_LABELS,
+                 shard: tuple[int, int] | None = None) -> None:
+        """`shard` (index, total) keeps only the servers `shard_of` puts in shard `index`; the rows of the
+        others are counted in `other_shard_rows`, not kept."""
         self.server_labels = tuple(server_labels)
+        self.shard = shard
         self.samples: dict[str, dict[float, _Sample]] = {}
         self.server_label_values: dict[str, dict[str, str]] = {}
+        self.other_shards: set[str] = set()  # servers seen that belong to another shard
         self.skipped_rows = 0
+        self.other_shard_rows = 0
         self.values_added = 0
 
     def server_of(self, labels: Mapping[str, str]) -> str | None:
+        """The server a row belongs to, or None when it names none or belongs to another shard."""
         values = [labels.get(name, "") for name in self.server_labels]
         if not any(values):
             return None
         name = "/".join(values)
-        if name not in self.server_label_values:
-            self.server_label_values[name] = {k: labels.get(k, "") for k in self.server_labels}
+        if name in self.server_label_values:
+            return name
+        if name in self.other_shards:
+            return None
+        if self.shard is not None and shard_of(values, self.shard[1]) != self.shard[0]:
+            self.other_shards.add(name)
+            return None
+        self.server_label_values[name] = {k: labels.get(k, "") for k in self.server_labels}
         return name
 
     def add(self, query: FleetQuery, rows: Iterable[tuple[Mapping[str, str], Sequence[tuple[float, float]]]]) -> None:
@@ -128,7 +156,10 @@ class FleetFrame:
             server = self.server_of(labels)
             slot = _slot(query.kind, labels) if server is not None else None
             if server is None or slot is None:
-                self.skipped_rows += 1
+                if server is None and labels and self._in_other_shard(labels):
+                    self.other_shard_rows += 1
+                else:
+                    self.skipped_rows += 1
                 continue
             index, key, accumulate = slot
             model_name = labels.get("model_name") if index == _Sample.COUNTER else None
@@ -144,6 +175,9 @@ class FleetFrame:
                 if model_name and sample.model_name is None:
                     sample.model_name = model_name
                 self.values_added += 1
+
+    def _in_other_shard(self, labels: Mapping[str, str]) -> bool:
+        return "/".join(labels.get(name, "") for name in self.server_labels) in self.other_shards
 
     def servers(self) -> list[str]:
         return sorted(self.samples)
@@ -269,5 +303,6 @@ def server_info_from_gauges(
 
 __all__ = [
     "DEFAULT_SERVER_LABELS", "HISTOGRAM_FAMILIES", "PHASE_FAMILIES", "RANK_FAMILIES", "TOKENIZER_COUNTERS",
-    "FleetFrame", "FleetQuery", "fleet_queries", "observation_of", "replay_step", "server_info_from_gauges",
+    "HASHMOD_SEPARATOR", "FleetFrame", "FleetQuery", "fleet_queries", "observation_of", "replay_step",
+    "server_info_from_gauges", "shard_of",
 ]

@@ -89,16 +89,27 @@ class StoreAuth:
 # series becomes labels, samples and, in the daemon, a server's state). Exceeding either is a counted error.
 DEFAULT_STORE_MAX_BODY_BYTES = 32 << 20
 DEFAULT_STORE_MAX_SERIES = 20_000
-# Servers one store target may hold (each gets its own estimator): beyond it the answer is refused and counted.
+# Servers one store target may hold by default (each gets its own estimator; `max_servers_per_store` raises it):
+# beyond it the answer is refused and counted.
 MAX_SERVERS_PER_STORE = 2_000
+# A fleet's largest answer (a token histogram: ~38 series a server) per server the target may hold, and its
+# bytes per series: the caps of a target's client grow with its `max_servers_per_store`, never below the defaults.
+SERIES_PER_SERVER = 64
+BYTES_PER_SERIES = 256
+
+
+def store_answer_caps(max_servers: int) -> tuple[int, int]:
+    """(max_series, max_body_bytes) of a store client whose target may hold `max_servers` servers."""
+    series = max(DEFAULT_STORE_MAX_SERIES, SERIES_PER_SERVER * max_servers)
+    return series, max(DEFAULT_STORE_MAX_BODY_BYTES, BYTES_PER_SERIES * series)
 
 
 def too_many_servers(count: int, cap: int = MAX_SERVERS_PER_STORE) -> str | None:
     """The error for a store answer naming `count` servers, when that is over the cap; None when it is not."""
     if count <= cap:
         return None
-    return (f"the store names more than {cap} servers (max_servers_per_store={cap}); narrow the selector "
-            "or split the store into several targets")
+    return (f"the store names more than {cap} servers (max_servers_per_store={cap}); narrow the selector, "
+            "shard the target over several advisors, or raise max_servers_per_store")
 
 
 class PrometheusClient:
@@ -210,14 +221,34 @@ def _json_object(text: str) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def _labels(raw: Any) -> dict[str, str]:
+def _labels(raw: Any, scrubbed: dict[Any, str]) -> dict[str, str]:
+    """A series' labels, each name and value scrubbed once per answer (`scrubbed` remembers them: a fleet's
+    answer repeats a few hundred names and values across a million series)."""
     if not isinstance(raw, dict):
         raise TypeError("metric labels are not an object")
-    return {scrub_text(k, NAME_CHARS): scrub_text(v, NAME_CHARS) for k, v in raw.items()}
+    labels = {}
+    for key, value in raw.items():
+        name = scrubbed.get(key)
+        if name is None:
+            name = scrubbed[key] = scrub_text(key, NAME_CHARS)
+        text = scrubbed.get(value)
+        if text is None:
+            text = scrubbed[value] = scrub_text(value, NAME_CHARS)
+        labels[name] = text
+    return labels
 
 
 def _finite_samples(pairs: Any) -> tuple[list[tuple[float, float]], int]:
-    """(timestamp, value) pairs with both finite; and how many were not."""
+    """(timestamp, value) pairs with both finite; and how many were not. (One pass converts them all; only
+    when their sum is not finite — a NaN, an infinity or an overflow among them — are they checked one by
+    one: a fleet's history is millions of samples.)"""
+    if len(pairs) > 1:
+        try:
+            converted = [(float(t), float(v)) for t, v in pairs]
+        except (TypeError, ValueError):
+            converted = None
+        if converted is not None and math.isfinite(sum(t + v for t, v in converted)):
+            return converted, 0
     samples = []
     skipped = 0
     for t, v in pairs:
@@ -246,13 +277,18 @@ def _series_of(data: Any, max_series: int = DEFAULT_STORE_MAX_SERIES) -> tuple[l
         raise LimitExceeded(_too_many_series(len(result), max_series))
     series: list[PromSeries] = []
     skipped = 0
-    for item in result:
+    scrubbed: dict[Any, str] = {}
+    # Each decoded row is dropped as soon as it is read, so a fleet's answer (a million rows) is never held
+    # twice over, as JSON objects and as series.
+    result.reverse()
+    while result:
+        item = result.pop()
         pairs = [item["value"]] if kind == "vector" else item["values"]
         samples, dropped = _finite_samples(pairs)
         skipped += dropped
         if samples:
-            series.append(PromSeries(_labels(item["metric"]), samples))
+            series.append(PromSeries(_labels(item["metric"], scrubbed), samples))
     return series, skipped
 
 
-__all__ = ["MAX_SERVERS_PER_STORE", "PromSeries", "PrometheusClient", "QueryResult", "StoreAuth", "parse_duration", "selector_matchers", "too_many_servers"]
+__all__ = ["MAX_SERVERS_PER_STORE", "PromSeries", "store_answer_caps", "PrometheusClient", "QueryResult", "StoreAuth", "parse_duration", "selector_matchers", "too_many_servers"]

@@ -94,3 +94,32 @@ def test_a_hung_source_is_a_deadline_for_a_direct_and_a_store_server_alike(both)
     # still stuck at the next cycle: counted again, not queued behind itself
     statuses = {status.server: status for status in advisor.run_cycle(timeout=0.3)}
     assert statuses["direct"].scrape_errors_total["deadline"] == statuses[STORE_SERVER].scrape_errors_total["deadline"] == 2
+
+
+def test_a_store_hung_at_restart_shows_its_checkpointed_servers_down_under_deadline(tmp_path):
+    """After a restart the fleet's servers are known from the checkpoint before the store answers: a store that
+    hangs then (in the history replay) is a fleet-level deadline for each of them, as for a direct target."""
+    servers = {f"gpu-{i}:30000": fixture_samples("sglang-0.5.23-single.prom") for i in range(3)}
+    with FakeStore(servers) as store:
+        config = config_from_dict({
+            "targets": [{"kind": "prometheus", "url": store.url, "history": "10m", "step": "60s",
+                         "timeout_seconds": "30s", "server_info_url": ""}],
+            "timeout_seconds": 5.0, "checkpoint_path": str(tmp_path / "state.json"),
+        })
+        first = Advisor(config)
+        try:
+            assert all(status.up for status in first.run_cycle(timeout=20.0))
+        finally:
+            first.close()
+        store.mode = "hang"
+        restarted = Advisor(config)
+        try:
+            assert restarted.load_checkpoint() is None
+            statuses = {status.server: status for status in restarted.run_cycle(timeout=0.5)}
+            assert set(statuses) == set(servers)
+            for status in statuses.values():
+                assert not status.up and status.scrape_errors_total["deadline"] == 1
+                assert status.last_errors[0].startswith("deadline: cycle still running")
+            assert target_up(restarted) == dict.fromkeys(servers, 0.0)
+        finally:
+            restarted.close()

@@ -50,11 +50,26 @@ def test_fields_and_secrets_from_the_environment():
     ({"bearer_token_env": "NOT_SET_ANYWHERE"}, "NOT_SET_ANYWHERE is not set"),
     ({"bearer_token": "t", "username": "u"}, "not both"),
     ({"url": "prom:9090"}, "targets[0].url"),
+    ({"shard": {"index": 2, "total": 2}}, "field 'targets[0].shard.index' must be < shard.total (2), got 2"),
+    ({"shard": {"index": -1, "total": 2}}, "field 'targets[0].shard.index' must be >= 0"),
+    ({"shard": {"index": 0, "total": 0}}, "field 'targets[0].shard.total' must be > 0"),
+    ({"shard": {"index": 0.5, "total": 2}}, "field 'targets[0].shard.index' must be a whole number"),
+    ({"shard": {"index": 0}}, "field 'targets[0].shard.total' is missing"),
+    ({"shard": {"idx": 0, "total": 2}}, "unknown field 'idx' in targets[0].shard (did you mean 'index'?)"),
+    ({"shard": 1}, "field 'targets[0].shard' must be a mapping"),
+    ({"shrad": {"index": 0, "total": 2}}, "unknown field 'shrad' in targets[0] (did you mean 'shard'?)"),
 ])
 def test_bad_values_are_named(fields, message):
     with pytest.raises(InputError) as caught:
         config_from_dict(store(**fields), env={})
     assert message in str(caught.value)
+
+
+def test_a_shard_is_read_and_none_by_default():
+    (sharded,) = config_from_dict(store(shard={"index": 1, "total": 3})).store_targets
+    assert (sharded.shard.index, sharded.shard.total) == (1, 3)
+    (whole,) = config_from_dict(store()).store_targets
+    assert whole.shard is None
 
 
 def test_a_store_url_password_never_reaches_the_name_or_an_error():

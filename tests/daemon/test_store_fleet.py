@@ -55,7 +55,11 @@ def test_the_history_replay_feeds_every_server_before_the_first_cycle(store):
     fleet = fleet_of(store)
     try:
         fed = fleet.bootstrap(NOW)
-        assert fed == 5 * 61  # an hour at 60 s steps, both ends included
+        # the last replay window (30 min) at 60 s steps, the half hour before it at 1800 s (half-life / 2)
+        assert fed == 5 * (30 + 2)
+        starts = sorted({(float(form["start"]), float(form["step"])) for path, form, _ in store.posts
+                         if path.endswith("/query_range")})
+        assert starts[0] == (NOW - 3600, 1800.0) and starts[-1][1] == 60.0
         seen = statuses(fleet, NOW)
     finally:
         fleet.close()
@@ -118,3 +122,106 @@ def test_byte_constants_from_server_info_else_the_gauges_with_a_note_code(store)
     assert fell_back.scrape_errors_total["server_info"] == 1
     assert None not in (told.recommendation.token_equiv, stood_in.recommendation.token_equiv,
                         fell_back.recommendation.token_equiv)
+
+
+def test_a_resumed_fleet_reads_the_store_only_from_its_checkpoint(store):
+    """checkpoint_state() -> resume(): the servers are back before the store answers (with their state, which
+    the runner restores), and the history replay starts where the checkpoint had read up to."""
+    fleet = fleet_of(store, shard={"index": 0, "total": 1})
+    try:
+        statuses(fleet, NOW)
+        saved = fleet.checkpoint_state()
+        states = {name: pipeline.state() for name, pipeline in fleet.pipelines.items()}
+    finally:
+        fleet.close()
+    assert saved["read_until"] == NOW and set(saved["servers"]) == set(store.servers)
+    later = NOW + 600
+    resumed = StoreFleet(fleet.store, fleet.config, wall_clock=lambda: later, quiet=True)
+    try:
+        resumed.resume(saved)
+        for name, pipeline in resumed.pipelines.items():
+            pipeline.restore(states[name])
+        assert set(resumed.pipelines) == set(store.servers)
+        del store.posts[:]
+        fed = resumed.bootstrap(later)
+        starts = {float(form["start"]) for path, form, _ in store.posts if path.endswith("/query_range")}
+        assert starts == {NOW} and fed == 5 * 11  # ten 60 s steps since the checkpoint, both ends included
+        after = statuses(resumed, later)
+    finally:
+        resumed.close()
+    for status in after.values():
+        assert status.up and status.workload.requests_observed == pytest.approx(4000, rel=0.01)
+
+
+def test_a_checkpoint_from_other_shards_or_malformed_starts_cold(store):
+    fleet = fleet_of(store)
+    try:
+        statuses(fleet, NOW)
+        saved = fleet.checkpoint_state()
+    finally:
+        fleet.close()
+    halves = []
+    for index in (0, 1):
+        half = fleet_of(store, shard={"index": index, "total": 2})
+        half.resume(saved)
+        halves.append(set(half.pipelines))
+        half.close()
+    assert halves[0] | halves[1] == set(store.servers) and not halves[0] & halves[1]
+    for bad in (None, {"servers": []}, {**saved, "read_until": "yesterday"}, {**saved, "read_until_advisor": None}):
+        cold = fleet_of(store)
+        cold.resume(bad)
+        assert cold.read_until is None and not cold.pipelines
+        cold.close()
+
+
+def test_the_collector_pause_nests_and_restores_what_it_found():
+    import gc
+
+    from advisor.daemon.store_targets import gc_paused
+
+    assert gc.isenabled()
+    with gc_paused():
+        assert not gc.isenabled()
+        with gc_paused():  # another target's cycle overlapping
+            assert not gc.isenabled()
+        assert not gc.isenabled()  # the outer pauser still runs
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with gc_paused():
+            pass
+        assert not gc.isenabled()  # it was off before: left off
+    finally:
+        gc.enable()
+
+
+def test_checkpoint_writes_take_a_bounded_share_of_the_time(store, tmp_path, monkeypatch):
+    """A write is followed by the next no sooner than its own duration / CHECKPOINT_TIME_SHARE later: with a
+    tiny share the cycles after a write skip it (a large fleet's states are not dumped every cycle), with a
+    large one every cycle writes, and shutdown always writes."""
+    from advisor.daemon import runner
+    from advisor.daemon.runner import Advisor
+
+    writes: list[float] = []
+    real_write = runner.write_checkpoint
+
+    def counted(path, state, **kwargs):
+        writes.append(state["saved_at"])
+        real_write(path, state, **kwargs)
+
+    monkeypatch.setattr(runner, "write_checkpoint", counted)
+    config = config_from_dict({"targets": [{"kind": "prometheus", "url": store.url, "history": "10m", "step": "60s",
+                                            "server_info_url": ""}],
+                               "checkpoint_path": str(tmp_path / "state.json"), "interval_seconds": 5.0})
+    for share, expected in ((1e-9, 1), (1e9, 3)):
+        writes.clear()
+        monkeypatch.setattr(runner, "CHECKPOINT_TIME_SHARE", share)
+        advisor = Advisor(config)
+        try:
+            for _ in range(3):
+                advisor.run_cycle(timeout=20.0)
+            assert len(writes) == expected, (share, writes)
+            advisor.save_checkpoint()  # what shutdown does
+            assert len(writes) == expected + 1
+        finally:
+            advisor.close()

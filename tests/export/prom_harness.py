@@ -39,8 +39,10 @@ class PrometheusServer:
         rule_files: Mapping[str, str] | None = None,
         scrape_interval: str = "1s",
         evaluation_interval: str = "1s",
+        relabel_configs: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
     ) -> None:
         self.workdir = workdir
+        self.relabel_configs = {job: list(rules) for job, rules in (relabel_configs or {}).items()}
         self.scrape_targets = {job: list(targets) for job, targets in scrape_targets.items()}
         self.rule_files = dict(rule_files or {})
         self.scrape_interval = scrape_interval
@@ -70,7 +72,8 @@ class PrometheusServer:
             },
             "rule_files": rule_paths,
             "scrape_configs": [
-                {"job_name": job, "static_configs": [{"targets": targets}]}
+                {"job_name": job, "static_configs": [{"targets": targets}],
+                 **({"relabel_configs": self.relabel_configs[job]} if job in self.relabel_configs else {})}
                 for job, targets in self.scrape_targets.items()
             ],
         }

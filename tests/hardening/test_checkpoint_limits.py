@@ -7,6 +7,8 @@ import json
 import os
 import time
 
+import pytest
+
 from advisor.config import config_from_dict
 from advisor.daemon.checkpoint import CHECKPOINT_FORMAT, read_checkpoint, write_checkpoint
 from advisor.daemon.runner import Advisor
@@ -18,6 +20,16 @@ def test_oversized_checkpoint_is_set_aside_unread(tmp_path) -> None:
     state, problem = read_checkpoint(path, now=77, max_bytes=1000)
     assert state is None and problem is not None and "larger than 1000 bytes" in problem
     assert not path.exists() and (tmp_path / "state.json.corrupt-77").exists()
+
+
+def test_a_state_larger_than_a_start_reads_is_not_written_and_the_old_checkpoint_stays(tmp_path) -> None:
+    path = tmp_path / "state.json"
+    write_checkpoint(path, {"targets": {"a": 1}})
+    with pytest.raises(OSError, match="more than the 4096 a start reads"):
+        write_checkpoint(path, {"targets": {f"server-{i}": "x" * 100 for i in range(100)}}, max_bytes=4096)
+    state, problem = read_checkpoint(path)
+    assert problem is None and state == {"targets": {"a": 1}}
+    assert [p.name for p in tmp_path.iterdir()] == ["state.json"]  # no temp file left
 
 
 def test_deeply_nested_checkpoint_is_corrupt_not_a_crash(tmp_path) -> None:

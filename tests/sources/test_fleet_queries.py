@@ -27,6 +27,7 @@ from advisor.sources.fleet_queries import (
     fleet_queries,
     replay_step,
     server_info_from_gauges,
+    shard_of,
 )
 from advisor.sources.metrics import RankMetrics, parse_metrics
 
@@ -164,6 +165,25 @@ def test_pool_gauges_stand_in_for_server_info():
     # without the pool gauges (SGLang before 0.5.16) there is nothing to stand in with
     bare = parse_metrics("sglang:num_running_reqs 3\n")
     assert server_info_from_gauges(bare) is None
+
+
+def test_shards_split_the_servers_disjointly_and_cover_them():
+    """Every server lands in exactly one of n shards (the hash is stable across frames), and a sharded frame
+    keeps only its servers' rows, counting the others' apart from unreadable rows."""
+    rank = next(q for q in fleet_queries() if q.kind == "rank")
+    names = [f"10.0.{i // 256}.{i % 256}:30000" for i in range(300)]
+    rows = [({"__name__": "sglang:num_running_reqs", "instance": name}, [(1.0, 3.0)]) for name in names]
+    for total in (1, 2, 3):
+        kept = []
+        for index in range(total):
+            frame = FleetFrame(shard=(index, total))
+            frame.add(rank, rows)
+            assert frame.other_shard_rows == len(names) - len(frame.servers()) and frame.skipped_rows == 0
+            assert all(shard_of([name], total) == index for name in frame.servers())
+            kept.append(set(frame.servers()))
+        assert set().union(*kept) == set(names) and sum(map(len, kept)) == len(names)
+        if total > 1:  # md5 spreads them: no shard is starved
+            assert min(map(len, kept)) > len(names) / total / 2
 
 
 def test_replay_step():
