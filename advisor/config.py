@@ -59,6 +59,8 @@ class AdvisorConfig:
     replay_window_seconds: float = 1800.0
     replay_interval_seconds: float = 300.0
     replay_workers: int = 1  # processes a replay's candidate ratios are spread over (1: in the daemon's own)
+    # The replay acts on at least this much traffic (server seconds); until then the advisor says so and waits.
+    replay_min_window_seconds: float = 600.0
     # Seconds of what-if replay one cycle may spend across a store target's servers (oldest replay first; the
     # rest keep their last curve): None is a quarter of interval_seconds, 0 replays none of them.
     replay_budget_seconds: float | None = None
@@ -104,6 +106,7 @@ def _string(value: Any, name: str) -> str:
 # The numeric fields of each mapping, checked against their bounds in advisor.validate.BOUNDS.
 _TOP_NUMBERS = ("interval_seconds", "timeout_seconds", "half_life_seconds", "time_scale", "state_bias",
                 "replay_window_seconds", "replay_interval_seconds", "replay_workers", "replay_budget_seconds",
+                "replay_min_window_seconds",
                 "server_info_every", "stale_after_cycles",
                 "max_body_bytes", "max_line_bytes", "max_labels_per_series", "max_series")
 _TARGET_NUMBERS = ("state_bytes_per_slot", "kv_bytes_per_token", "rest_gib")

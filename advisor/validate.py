@@ -37,6 +37,7 @@ BOUNDS: dict[str, Bound] = {
     "replay_window_seconds": Bound(60.0, 86400.0, "seconds"),
     "replay_interval_seconds": Bound(0.0, 86400.0, "seconds", positive=False),  # 0 turns the replay off
     "replay_workers": Bound(1, 64, "processes", integer=True),
+    "replay_min_window_seconds": Bound(0.0, 86400.0, "seconds", positive=False),
     "replay_budget_seconds": Bound(0.0, 86400.0, "seconds", positive=False),  # per cycle, across a store's servers
     "server_info_every": Bound(1, 1e6, "cycles", integer=True),
     "stale_after_cycles": Bound(1, 1e6, "cycles", integer=True),

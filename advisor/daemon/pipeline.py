@@ -479,7 +479,7 @@ class ServerPipeline:
             traffic = self.server_state.traffic.picture(seed=self.cycles)
             if prior is None or traffic is None:
                 return self.replay_result
-            needed = ReplaySettings().min_window_seconds
+            needed = self.config.replay_min_window_seconds
             if self.replay_result is None and traffic.window_seconds < needed:
                 picture.replay_warming_up = (traffic.window_seconds, needed)
                 return None
@@ -488,6 +488,7 @@ class ServerPipeline:
                 return self.replay_result
             try:
                 self.replay_result = replay_curve(server, traffic, prior_ratio=prior, live_ratio=live,
+                                                  settings=ReplaySettings(min_window_seconds=needed),
                                                   run_many=replay_runner(self.config.replay_workers))
             except (ValueError, ZeroDivisionError) as exc:
                 self.ledger.count("internal", f"replay failed: {exc}")

@@ -53,14 +53,18 @@ class RecommenderSettings:
     closed_loop_strength: float = 0.5
     closed_loop_limit: float = 0.3
     evidence_threshold: float = 0.2
-    # With a what-if replay: a restart is worth it above this predicted goodput gain.
+    # With a what-if replay: a restart is worth it above this predicted goodput gain, and a move already advised
+    # stands until its gain falls below this share of it (replayed gains wander by a percent or two).
     min_goodput_gain: float = 0.03
+    keep_gain_share: float = 1.0 / 3.0
 
     def __post_init__(self) -> None:
         if self.state_bias < 0:
             raise ValueError(f"state_bias must be >= 0, got {self.state_bias}")
         if self.min_gain < 0 or self.base_band < 0:
             raise ValueError("min_gain and base_band must be >= 0")
+        if not 0 <= self.keep_gain_share <= 1:
+            raise ValueError(f"keep_gain_share must be in [0, 1], got {self.keep_gain_share}")
 
 
 @dataclass
@@ -284,11 +288,11 @@ def _recommend(
         # The plain gain on the observed traffic, or the margin-robust one for a live ratio next to a cliff.
         gain = max(g for g in (replay.gain, replay.robust_gain) if g is not None)
         balanced_gain, min_gain = None, settings.min_goodput_gain
-        # Hysteresis: a move already advised in this direction stands until its gain falls below half the bar,
-        # so a gain hovering at the threshold does not flip the decision every replay.
+        # Hysteresis: a move already advised in this direction stands until its gain falls below a third of the
+        # bar, so a gain hovering at the threshold does not flip the decision every replay.
         direction = "raise_ratio" if live_ratio is not None and target > live_ratio else "lower_ratio"
         if previous_decision == direction:
-            min_gain = settings.min_goodput_gain / 2
+            min_gain = settings.min_goodput_gain * settings.keep_gain_share
     else:
         gain = outcomes.gain if outcomes else None
         balanced_gain = outcomes.balanced_gain if outcomes else None

@@ -42,7 +42,7 @@ class ReplaySettings:
     warmup_fraction: float = 0.1  # the replay starts empty: the first part of the window only fills it
     min_requests: int = 50
     # A shorter window is too thin a draw of the traffic to act on (a few bursts decide its curve).
-    min_window_seconds: float = 300.0
+    min_window_seconds: float = 600.0
 
     def __post_init__(self) -> None:
         if (not self.span > 1 or self.points < 3 or not 0 <= self.warmup_fraction < 1 or self.edge_margin < 1

@@ -52,7 +52,9 @@ def make_advisor(url, log_path, tmp_path, clock, **extra):
     return Advisor(config_from_dict({
         "targets": [{"name": "emu", "url": url, "log_paths": [str(log_path)]}],
         "interval_seconds": STEP_SECONDS, "timeout_seconds": 5.0,
-        "checkpoint_path": str(tmp_path / "ckpt.json"), **extra,
+        "checkpoint_path": str(tmp_path / "ckpt.json"),
+        # these scenarios run minutes, not the half hour a replay waits for by default
+        "replay_min_window_seconds": 300.0, **extra,
     }), wall_clock=clock.time)
 
 
@@ -69,7 +71,7 @@ def cycles(advisor, server, clock, count):
 def test_restart_with_a_new_ratio_rederives(stepped, tmp_path):
     server, log_path, clock = stepped
     advisor = make_advisor(server.url, log_path, tmp_path, clock)
-    before = cycles(advisor, server, clock, 16)  # the replay acts once it has 300 s of traffic
+    before = cycles(advisor, server, clock, 16)
     assert before.recommendation.live_ratio == pytest.approx(0.9)
     assert before.recommendation.decision == "raise_ratio"
     # the operator applies the advice: the advisor re-derives the pools at the new split and holds there
@@ -221,7 +223,7 @@ def test_older_sglang_0_5_10_profile_still_gets_a_recommendation(tmp_path):
     server.start()
     try:
         advisor = make_advisor(server.url, log_path, tmp_path, clock)
-        status = cycles(advisor, server, clock, 14)  # the replay acts once it has 300 s of traffic
+        status = cycles(advisor, server, clock, 14)
         assert status.up
         assert advisor.pipelines[0].server_info.serving.strategy == "extra_buffer"
         assert status.info["version"] == "0.5.10"

@@ -38,7 +38,8 @@ def watched(tmp_path_factory) -> Iterator[Advisor]:
                               log_path=log_path, request_log_path=log_path)
     emulator.start()
     config = config_from_dict({"targets": [{"name": "demo", "url": emulator.url, "log_paths": [log_path]}],
-                               "interval_seconds": 1.0, "time_scale": 300.0, "timeout_seconds": 2.0})
+                               "interval_seconds": 1.0, "time_scale": 300.0, "timeout_seconds": 2.0,
+                               "replay_min_window_seconds": 300.0})
     advisor = Advisor(config)
     try:
         for _ in range(60):  # each cycle is a poll: stop once there is a ratio and a short history

@@ -211,11 +211,11 @@ def test_the_replayed_curve_decides_the_ratio_and_its_gain_the_decision(points, 
     assert rec.step_time_coefficients == {"decode_base_seconds": 0.02} and rec.replay_source == "test"
 
 
-def test_an_advised_move_stands_until_its_replayed_gain_falls_below_half_the_bar():
+def test_an_advised_move_stands_until_its_replayed_gain_falls_below_a_share_of_the_bar():
     est, now = run([[(8192, 1024)] * 600])
     points = [(0.3, 1000.0), (0.5, 1000.0), (0.9, 1000.0), (1.5, 1020.0), (3.0, 900.0)]  # +2% at 1.5
     settings = RecommenderSettings()
-    assert settings.min_goodput_gain / 2 < 0.02 < settings.min_goodput_gain
+    assert settings.min_goodput_gain * settings.keep_gain_share < 0.02 < settings.min_goodput_gain
 
     def decide(previous):
         picture = picture_of(est, now)
