@@ -59,7 +59,7 @@ class AdvisorConfig:
     replay_window_seconds: float = 1800.0
     replay_interval_seconds: float = 300.0
     replay_workers: int = 1  # processes a replay's candidate ratios are spread over (1: in the daemon's own)
-    # The replay acts on at least this much traffic (server seconds); until then the advisor says so and waits.
+    # The first replay waits for this much observed traffic (server seconds); until then the advisor says so.
     replay_min_window_seconds: float = 600.0
     # Seconds of what-if replay one cycle may spend across a store target's servers (oldest replay first; the
     # rest keep their last curve): None is a quarter of interval_seconds, 0 replays none of them.

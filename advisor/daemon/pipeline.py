@@ -43,7 +43,7 @@ from advisor.recommend.engine import (
     prior_ratio,
     recommend,
 )
-from advisor.recommend.replay import ReplayCurve, ReplaySettings, replay_curve
+from advisor.recommend.replay import ReplayCurve, replay_curve
 from advisor.recommend.types import Recommendation
 from advisor.sources.bootlog import BootInfo, read_boot_log
 from advisor.sources.loglines import DecodeInterval, LogDigest, RequestRecord
@@ -479,16 +479,18 @@ class ServerPipeline:
             traffic = self.server_state.traffic.picture(seed=self.cycles)
             if prior is None or traffic is None:
                 return self.replay_result
-            needed = self.config.replay_min_window_seconds
-            if self.replay_result is None and traffic.window_seconds < needed:
-                picture.replay_warming_up = (traffic.window_seconds, needed)
+            # The first replay waits for enough observed traffic (a short history is too thin a draw of it: a
+            # few bursts decide its curve). Observed time, not the picture's span: under a long queue the
+            # completely known arrivals cover only part of what was watched, however long.
+            needed, seen = self.config.replay_min_window_seconds, picture.summary.history_seconds
+            if self.replay_result is None and seen < needed:
+                picture.replay_warming_up = (seen, needed)
                 return None
             server = scheduler_server(model, self.boot, fit.cost if fit else step_time.prior)
             if server is None:
                 return self.replay_result
             try:
                 self.replay_result = replay_curve(server, traffic, prior_ratio=prior, live_ratio=live,
-                                                  settings=ReplaySettings(min_window_seconds=needed),
                                                   run_many=replay_runner(self.config.replay_workers))
             except (ValueError, ZeroDivisionError) as exc:
                 self.ledger.count("internal", f"replay failed: {exc}")

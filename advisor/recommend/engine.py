@@ -193,7 +193,7 @@ def _recommend(
     if picture.replay is None and picture.replay_warming_up is not None:
         seen, needed = picture.replay_warming_up
         base.reason_code = "not_enough_data"
-        base.reason = f"the what-if replay has {seen:.0f} s of traffic; it needs {needed:.0f} s"
+        base.reason = f"the what-if replay waits for {needed:.0f} s of observed traffic; {seen:.0f} s so far"
         return base
 
     constants = model.constants

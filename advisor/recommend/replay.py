@@ -41,8 +41,6 @@ class ReplaySettings:
     cliff_margin: float = 1.25
     warmup_fraction: float = 0.1  # the replay starts empty: the first part of the window only fills it
     min_requests: int = 50
-    # A shorter window is too thin a draw of the traffic to act on (a few bursts decide its curve).
-    min_window_seconds: float = 600.0
 
     def __post_init__(self) -> None:
         if (not self.span > 1 or self.points < 3 or not 0 <= self.warmup_fraction < 1 or self.edge_margin < 1
@@ -179,8 +177,7 @@ def replay_curve(
     picture is too thin to replay. `run_many` runs a batch of candidates (the grid and the live ratio, then the
     refinement), in this process by default."""
     settings = settings or ReplaySettings()
-    if (len(picture.requests) < settings.min_requests or picture.window_seconds < settings.min_window_seconds
-            or not prior_ratio > 0):
+    if len(picture.requests) < settings.min_requests or not prior_ratio > 0:
         return None
     step = settings.span ** (2.0 / (settings.points - 1))
     half = (settings.points - 1) // 2

@@ -254,7 +254,7 @@ def test_while_the_replay_warms_up_the_advisor_waits_instead_of_deciding_on_the_
     picture.replay_warming_up = (120.0, 300.0)
     rec = recommend(model(strategy="extra_buffer_lazy", mamba_full_memory_ratio=0.9), picture, RecommenderSettings())
     assert (rec.decision, rec.reason_code) == ("insufficient_data", "not_enough_data")
-    assert "120 s of traffic" in rec.reason and "300 s" in rec.reason
+    assert "300 s of observed traffic" in rec.reason and "120 s so far" in rec.reason
     picture.replay_warming_up = None  # without a replay pending, the closed form decides as before
     assert recommend(model(strategy="extra_buffer_lazy", mamba_full_memory_ratio=0.9), picture,
                      RecommenderSettings()).decision != "insufficient_data"
