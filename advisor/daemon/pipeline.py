@@ -474,18 +474,20 @@ class ServerPipeline:
         replayed = False
         try:
             prior = prior_ratio(model, picture, self.recommender_settings)
-            step_time = self.server_state.step_time
-            fit = step_time.fit(model.serving.draft_tokens if spec_enabled(model.serving) else 0)
-            traffic = self.server_state.traffic.picture(seed=self.cycles)
-            if prior is None or traffic is None:
+            if prior is None:
                 return self.replay_result
             # The first replay waits for enough observed traffic (a short history is too thin a draw of it: a
-            # few bursts decide its curve). Observed time, not the picture's span: under a long queue the
-            # completely known arrivals cover only part of what was watched, however long.
+            # few bursts decide its curve), before the picture and the step-time fit are built. Observed time,
+            # not the picture's span: under a long queue the completely known arrivals cover only part of it.
             needed, seen = self.config.replay_min_window_seconds, picture.summary.history_seconds
             if self.replay_result is None and seen < needed:
                 picture.replay_warming_up = (seen, needed)
                 return None
+            step_time = self.server_state.step_time
+            fit = step_time.fit(model.serving.draft_tokens if spec_enabled(model.serving) else 0)
+            traffic = self.server_state.traffic.picture(seed=self.cycles)
+            if traffic is None:
+                return self.replay_result
             server = scheduler_server(model, self.boot, fit.cost if fit else step_time.prior)
             if server is None:
                 return self.replay_result

@@ -304,7 +304,8 @@ def _recommend(
     )
     rec.decision, rec.reason_code = decision.decision, decision.reason_code
     robust_gain = replay.robust_gain if replay is not None else None
-    if decision.decision in ("raise_ratio", "lower_ratio") and robust_gain and replay and robust_gain > (replay.gain or 0):
+    if (decision.decision in ("raise_ratio", "lower_ratio") and replay is not None and robust_gain
+            and robust_gain > (replay.gain or 0)):
         notes.append(
             f"the live r {live_ratio:.3g} sits close to where the replayed goodput falls off: r {target:.3g} gains "
             f"{(robust_gain - 1) * 100:+.1f}% in the worst case within the replay's margin"

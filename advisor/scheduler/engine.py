@@ -57,7 +57,7 @@ import heapq
 import math
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -90,7 +90,6 @@ UNSET_MAX_NEW_TOKENS = 1 << 30
 # retraction) stays within this bound: a state-bound server pays for the queue it builds, a KV-bound one for
 # its retractions (recomputation and requeueing), and neither earns credit for work its users gave up on.
 DEFAULT_QUEUE_TIME_BOUND = 10.0
-GOODPUT_BLOCKS = 12  # blocks of a run's measured span in SimResult.block_tokens
 # `sglang:gen_throughput` decays to 0 after this long without decode stats (metrics_reporter.py).
 GEN_THROUGHPUT_STALE_SECONDS = 30.0
 
@@ -1158,10 +1157,6 @@ class SimResult:
     aborted_requests: int = 0
     in_system_at_end: int = 0
     mean_e2e_latency: float = 0.0
-    # Output tokens (raw, within the queue bound) of the completed requests by arrival time, in equal blocks of
-    # the measured span (arrivals before it count in the first): paired across ratios run on the same arrivals,
-    # their block-to-block spread is the noise of a goodput difference.
-    block_tokens: list[tuple[int, int]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -1257,13 +1252,6 @@ def simulate(
     formula = None
     if mean_context > 0:
         formula = optimal_ratio_for(server.serving, server.constants, mean_context)
-    blocks = [[0, 0] for _ in range(GOODPUT_BLOCKS)]
-    block_seconds = measured / GOODPUT_BLOCKS
-    for e in completed:
-        index = min(GOODPUT_BLOCKS - 1, max(0, int((e.time - e.e2e_latency - warmup) // block_seconds)))
-        blocks[index][0] += e.completion_tokens
-        if e.queue_time <= queue_time_bound:
-            blocks[index][1] += e.completion_tokens
     return SimResult(
         ratio=server.ratio,
         max_running_requests=first.clamp,
@@ -1298,7 +1286,6 @@ def simulate(
         aborted_requests=len(finished) - len(completed),
         in_system_at_end=sum(w[0].in_system() for w in workers),
         mean_e2e_latency=float(np.mean([e.e2e_latency for e in completed])) if completed else 0.0,
-        block_tokens=[(raw, slo) for raw, slo in blocks],
     )
 
 
