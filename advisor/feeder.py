@@ -268,7 +268,7 @@ def observe_traffic_interval(traffic: TrafficEstimator, now: float, delta: Obser
     the request counter's), running + queued, and the interval's token histograms."""
     in_system = sample.running_requests + sample.queued_requests
     if delta.since_start or delta.restarted:
-        traffic.last_in_system = in_system  # a baseline: lifetime totals are not this interval's traffic
+        traffic.baseline(in_system, sample.queued_requests)  # lifetime totals are not this interval's traffic
         return
     seconds = delta.interval_seconds
     prompt, generation = delta.prompt_tokens_histogram, delta.generation_tokens_histogram
@@ -281,7 +281,7 @@ def observe_traffic_interval(traffic: TrafficEstimator, now: float, delta: Obser
         prompt_sum=prompt.sum if prompt else 0.0,
         generation_bounds=generation.upper_bounds if generation else (),
         generation_counts=generation.bucket_counts() if generation else (),
-        generation_sum=generation.sum if generation else 0.0,
+        generation_sum=generation.sum if generation else 0.0, queued=sample.queued_requests,
     )
 
 

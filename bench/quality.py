@@ -6,7 +6,10 @@ SGLang-format log followed from disk, the estimator, the recommender) watches it
 emulator, one cycle per `--interval` simulated seconds. Its final recommendation is what the operator runs if
 its decision acts (raise, lower, pin), else the live 0.9 stays; `recommended` scores its ratio as if applied
 whatever the decision, which separates the ratio's quality from the decision to act. The oracle is the best ratio of a fine sweep
-in the scheduler model over the same arrivals (an hour, after warmup).
+in the scheduler model, and every ratio is scored on the same arrivals: by default a fresh hour of the traffic shape (a
+draw the advisor never saw: does its advice hold on the traffic to come?); with `--oracle-traffic watched`, the very
+timeline the advisor watched (how an outside evaluation scores it: one timeline served, then swept). With `--observe
+metrics` the server writes no request log, so the advisor sees what SGLang shows under its default logging.
 
 Score: SLO goodput (output tokens/s of requests whose queue time stays within the bound) as a fraction of
 the oracle's. Where no ratio meets the bound (sustained overload) the raw goodput is scored instead and the
@@ -101,6 +104,7 @@ STEADY_SHAPES = frozenset(
 )
 OVERLOAD_SLO_SHARE = 0.10  # below this share of raw goodput at its best, no ratio meets the queue bound
 WIDTH_TOLERANCE = 0.01
+WATCH_SEED_OFFSET = 100  # the watched traffic is drawn under seed + this (the fresh oracle's under seed)
 BELOW_FORMULA = 0.005
 
 
@@ -245,16 +249,18 @@ class Cycle:
 
 
 def watch(server: SchedulerServerConfig, workload: Workload, *, minutes: float, interval: float,
-          seed: int, advisor_settings: dict[str, Any] | None = None) -> tuple[list[Cycle], Any]:
+          seed: int, advisor_settings: dict[str, Any] | None = None,
+          request_log: bool = True) -> tuple[list[Cycle], Any]:
     """Serve at the default ratio on loopback; the real daemon watches on the shared clock, one cycle per
-    `interval` simulated seconds. Every cycle's recommendation, and the last one."""
+    `interval` simulated seconds. Every cycle's recommendation, and the last one. Without `request_log` the
+    server logs as SGLang does by default (batch lines, no per-request lines): the advisor sees metrics only."""
     clock = ManualClock()
     cycles: list[Cycle] = []
     last = None
     with tempfile.TemporaryDirectory(prefix="quality-") as tmp:
         log_path = str(Path(tmp) / "sglang.log")
         emulator = EmulatedServer(server.with_ratio(DEFAULT_RATIO), workload, seed=seed, log_path=log_path,
-                                  request_log_path=log_path, clock=clock)
+                                  request_log_path=log_path if request_log else None, clock=clock)
         emulator.start()
         try:
             config = config_from_dict({
@@ -330,8 +336,30 @@ def settling(cycles: Sequence[Cycle], shifts: Sequence[float], end: float) -> tu
 # ------------------------------------------------------------------------------------------ one row
 
 
+def watch_minutes(workload: Workload, args: argparse.Namespace) -> float:
+    minutes = float(args.watch_minutes)
+    if workload.phases:
+        # see two shifts and settle after the second
+        minutes = max(minutes, (sum(p.duration for p in workload.phases) + workload.phases[0].duration) / 60.0)
+    return minutes
+
+
+def oracle_traffic(case: Case, workload: Workload, args: argparse.Namespace) -> tuple[list[RequestSpec], argparse.Namespace]:
+    """The arrivals the oracle sweeps and scores on, and the run knobs for them: a fresh draw of `--duration`
+    (does the advice hold on traffic the advisor did not see?), or the very timeline the advisor watched (as an
+    outside evaluation replays one timeline to the server and sweeps that same timeline)."""
+    if args.oracle_traffic == "watched":
+        duration = watch_minutes(workload, args) * 60.0
+        run_args = argparse.Namespace(**{**vars(args), "duration": duration,
+                                         "warmup": min(args.warmup, 0.2 * duration)})
+        return workload.requests(case.seed + WATCH_SEED_OFFSET, duration), run_args
+    return workload.requests(case.seed, args.duration), args
+
+
 def fingerprint(case: Case, args: argparse.Namespace) -> str:
     """What the oracle depends on: the shape's and server's files, the scheduler model and the sweep's knobs."""
+    if args.oracle_traffic == "watched":
+        args = argparse.Namespace(**{**vars(args), "duration": f"watched {watch_minutes(load_workload(case.shape), args)}"})
     digest = hashlib.sha256()
     for path in (WORKLOADS_DIR / f"{case.shape}.yaml", resolve_server_path(case.server),
                  ROOT / "advisor" / "scheduler" / "engine.py", ROOT / "advisor" / "scheduler" / "costmodel.py",
@@ -345,20 +373,18 @@ def fingerprint(case: Case, args: argparse.Namespace) -> str:
 
 def evaluate(case: Case, args: argparse.Namespace, cached: dict[str, Any] | None) -> tuple[Row, dict[str, Any]]:
     server, workload, factor = server_for(case)
-    arrivals = workload.requests(case.seed, args.duration)
+    watch_args = args
+    arrivals, args = oracle_traffic(case, workload, args)
     if cached is not None:
         curve = Curve([tuple(p) for p in cached["points"]], cached["formula_ratio"], tuple(cached["formula"]),
                       tuple(cached["default"]))
     else:
         curve = sweep_curve(server, workload, arrivals, args)
     started = time.monotonic()
-    minutes = args.watch_minutes
-    if workload.phases:
-        # see two shifts and settle after the second
-        minutes = max(minutes, (sum(p.duration for p in workload.phases) + workload.phases[0].duration) / 60.0)
+    minutes = watch_minutes(workload, watch_args)
     settings = {"state_bias": args.state_bias} if args.state_bias is not None else None
-    cycles, rec = watch(server, workload, minutes=minutes, interval=args.interval, seed=case.seed + 100,
-                        advisor_settings=settings)
+    cycles, rec = watch(server, workload, minutes=minutes, interval=args.interval, seed=case.seed + WATCH_SEED_OFFSET,
+                        advisor_settings=settings, request_log=args.observe == "request-log")
     watch_seconds = time.monotonic() - started
     decision = rec.decision if rec is not None else "none"
     target = rec.ratio if rec is not None else None
@@ -528,6 +554,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-ratio", type=float, default=40.0)
     parser.add_argument("--watch-minutes", type=float, default=30.0, help="simulated minutes the advisor watches")
     parser.add_argument("--interval", type=float, default=15.0, help="simulated seconds per advisor cycle")
+    parser.add_argument("--observe", choices=("request-log", "metrics"), default="request-log",
+                        help="what the watched server shows: its request log too (--log-requests), or metrics and "
+                             "batch log lines only (SGLang's default logging)")
+    parser.add_argument("--oracle-traffic", choices=("fresh", "watched"), default="fresh",
+                        help="score on a fresh hour of the same traffic shape (default), or on the very timeline "
+                             "the advisor watched")
     parser.add_argument("--state-bias", type=float, default=None, help="override the advisor's state_bias knob")
     parser.add_argument("--oracle-cache", metavar="FILE", default=str(ROOT / "bench" / ".quality-oracle.json"),
                         help="reuse oracle sweeps across runs ('' to disable)")

@@ -46,7 +46,7 @@ from advisor.recommend.engine import (
 from advisor.recommend.replay import ReplayCurve, replay_curve
 from advisor.recommend.types import Recommendation
 from advisor.sources.bootlog import BootInfo, read_boot_log
-from advisor.sources.loglines import DecodeInterval, LogDigest, RequestRecord
+from advisor.sources.loglines import DecodeInterval, LogDigest, RequestRecord, StatsLine
 from advisor.sources.metrics import MetricsObservation
 from advisor.sources.server_info import ServerInfo
 from advisor.status import TargetStatus
@@ -84,6 +84,7 @@ class LogReading:
     request_lengths: list[tuple[int, int]] = field(default_factory=list)
     requests: list[RequestRecord] = field(default_factory=list)  # the same requests with their times
     decode_intervals: list[DecodeInterval] = field(default_factory=list)
+    prefill_batches: list[StatsLine] = field(default_factory=list)
     retractions: int = 0
     boot: BootInfo | None = None
     errors: list[str] = field(default_factory=list)  # counted under source=logs
@@ -93,6 +94,7 @@ class LogReading:
         self.request_lengths.extend(found.request_lengths)
         self.requests.extend(found.requests)
         self.decode_intervals.extend(found.decode_intervals)
+        self.prefill_batches.extend(found.prefill_batches)
         self.retractions += found.retracted_requests
         self.errors.extend(found.errors)
         if found.boot is not None:
@@ -353,6 +355,13 @@ class ServerPipeline:
         if reading.boot is not None:
             self.boot = reading.boot
             self.info_due = True
+        if reading.prefill_batches:
+            self.server_state.traffic.observe_admissions(
+                [[line.new_seqs, line.new_tokens, line.cached_tokens or 0] for line in reading.prefill_batches
+                 if line.new_seqs is not None and line.new_tokens is not None],
+                chunk_tokens=self.boot.chunked_prefill_size if self.boot is not None else None,
+                page_size=self.boot.page_size if self.boot is not None else 1,
+            )
         if reading.request_lengths:
             self.server_state.uses_request_logs = True
             report.request_records = self.estimator.observe_requests(now, reading.request_lengths)

@@ -73,6 +73,9 @@ class TrafficBin:
     generation_bounds: list[float] = field(default_factory=list)
     generation_counts: list[float] = field(default_factory=list)
     generation_sum: float = 0.0
+    queued_at_start: float | None = None  # of in_system_at_start, those still waiting (not yet admitted)
+    # The prefill batches the scheduler ran in the interval, in order: [#new-seq, #new-token, #cached-token]
+    admissions: list[list[int]] = field(default_factory=list)
 
     @property
     def finished(self) -> float:
@@ -122,6 +125,48 @@ def _sample_lengths(rng: np.random.Generator, bounds: Sequence[float], counts: S
     if mean > 0 and values.mean() > 0:
         values *= mean / values.mean()
     return np.maximum(1.0, np.round(values))
+
+
+def admitted_prompts(batches: Sequence[Sequence[int]], chunk_tokens: int | None, page_size: int = 1,
+                     ) -> list[tuple[int, int]]:
+    """The requests a run of `Prefill batch` lines admitted, in admission order, as (prompt tokens, cached tokens).
+    SGLang's default fcfs policy admits in arrival order, so this is the arrivals' prompt sequence, with the
+    lengths placed at the time they came (a histogram of finished requests places a long prompt when it ends).
+
+    A line counts the requests of its batch (`#new-seq`, len(can_run_list)), their new and cached tokens. A
+    prompt longer than the chunk is cut at the chunk (page-aligned) and continues first in the next batch, where
+    it counts again: a batch that reached the chunk leaves its last request open. Tokens of a batch of several
+    requests are split evenly between them (the lines do not say more); cached tokens go to the new requests
+    only (a continuing request matched its prefix when it first came)."""
+    out: list[tuple[int, int]] = []
+    open_prompt: list[int] | None = None  # [tokens so far, cached] of a request cut at the chunk
+    threshold = chunk_tokens - max(1, page_size) + 1 if chunk_tokens and chunk_tokens > 0 else None
+    for batch in batches:
+        seqs, new_tokens, cached = (max(0, int(v)) for v in batch[:3])
+        if seqs <= 0:
+            continue
+        cut = threshold is not None and new_tokens >= threshold
+        share = new_tokens / seqs
+        fresh = seqs
+        if open_prompt is not None:
+            open_prompt[0] += int(round(share)) if seqs > 1 else new_tokens
+            fresh -= 1
+            if fresh == 0 and cut:
+                continue  # still open: the whole batch was its next chunk
+            out.append((open_prompt[0] + open_prompt[1], open_prompt[1]))
+            open_prompt = None
+        if fresh <= 0:
+            continue
+        cached_share = cached // fresh
+        for index in range(fresh):
+            taken = int(round(share))
+            if cut and index == fresh - 1:
+                open_prompt = [taken, cached_share]
+            else:
+                out.append((max(1, taken + cached_share), cached_share))
+    if open_prompt is not None:
+        out.append((open_prompt[0] + open_prompt[1], open_prompt[1]))
+    return out
 
 
 def prefix_groups(records: Sequence[ExactRequest], requests: Sequence[RequestSpec]) -> list[RequestSpec]:
@@ -183,7 +228,12 @@ class TrafficEstimator:
         self.exact: deque[ExactRequest] = deque()
         self.newest_arrival: float | None = None
         self.last_in_system: float | None = None
+        self.last_queued: float | None = None
         self.last_time: float | None = None
+        # prefill batches read since the last interval (they join the next one), and how the server chunks
+        self.pending_admissions: list[list[int]] = []
+        self.chunk_tokens: int | None = None
+        self.page_size = 1
 
     # -- inputs ---------------------------------------------------------------------------------------
 
@@ -191,19 +241,24 @@ class TrafficEstimator:
         self, now: float, seconds: float, *, finished: float, in_system: float,
         prompt_bounds: Sequence[float] = (), prompt_counts: Sequence[float] = (), prompt_sum: float = 0.0,
         generation_bounds: Sequence[float] = (), generation_counts: Sequence[float] = (), generation_sum: float = 0.0,
+        queued: float | None = None,
     ) -> None:
-        """One scrape interval ending at `now`: requests finished in it, running + queued at its end, and the
-        interval's bucket counts of the two token histograms."""
+        """One scrape interval ending at `now`: requests finished in it, running + queued at its end (`queued` of
+        them waiting, when known), the interval's bucket counts of the two token histograms, and the prefill
+        batches observed since the last interval."""
+        admissions, self.pending_admissions = self.pending_admissions, []
         if not (seconds > 0 and math.isfinite(seconds) and math.isfinite(finished) and math.isfinite(in_system)):
             return
-        previous = self.last_in_system
+        previous, previous_queued = self.last_in_system, self.last_queued
         self.last_in_system = in_system
+        self.last_queued = queued if queued is not None and math.isfinite(queued) else None
         self.last_time = now
         if previous is None:
             return  # the first scrape only gives the baseline in-system count
         arrivals = max(0.0, finished + in_system - previous)
         self.bins.append(TrafficBin(
             start=now - seconds, end=now, arrivals=arrivals, in_system_at_start=previous,
+            queued_at_start=previous_queued, admissions=admissions,
             prompt_bounds=[float(b) for b in prompt_bounds], prompt_counts=[max(0.0, float(c)) for c in prompt_counts],
             prompt_sum=max(0.0, float(prompt_sum)),
             generation_bounds=[float(b) for b in generation_bounds],
@@ -213,6 +268,23 @@ class TrafficEstimator:
         horizon = now - self.settings.window_seconds
         while self.bins and (self.bins[0].end <= horizon or len(self.bins) > self.settings.max_bins):
             self.bins.popleft()
+
+    def baseline(self, in_system: float, queued: float | None = None) -> None:
+        """A scrape that only sets the baseline (the first after a restart): what ran before it is not replayed."""
+        self.last_in_system, self.last_queued = in_system, queued
+        self.pending_admissions = []
+
+    def observe_admissions(self, batches: Sequence[Sequence[int]], *, chunk_tokens: int | None = None,
+                           page_size: int = 1) -> None:
+        """`Prefill batch` lines in log order as [#new-seq, #new-token, #cached-token]; they join the next interval.
+        `chunk_tokens` is the server's chunked_prefill_size (where a long prompt is cut), when known."""
+        for batch in batches:
+            values = [int(v) for v in batch[:3]]
+            if len(values) == 3 and min(values) >= 0:
+                self.pending_admissions.append(values)
+        if chunk_tokens is not None and chunk_tokens > 0:
+            self.chunk_tokens = int(chunk_tokens)
+        self.page_size = max(1, int(page_size))
 
     def observe_requests(self, records: Sequence[ExactRequest]) -> int:
         """Finished requests with their arrival times on the server's clock, in the order they finished."""
@@ -289,6 +361,7 @@ class TrafficEstimator:
         with_lengths = [i for i, b in enumerate(bins) if b.finished > 0 and sum(b.generation_counts) > 0]
         if not with_lengths:
             return None
+        prompts = self._admitted_prompts(bins)
         requests: list[RequestSpec] = []
         backlog = int(round(bins[0].in_system_at_start))
         carry = 0.0
@@ -312,7 +385,40 @@ class TrafficEstimator:
             for t, i, o in zip(times, inputs, outputs, strict=True):
                 requests.append(RequestSpec(float(t), int(i), int(o), UNSET_MAX_NEW_TOKENS))
         requests.sort(key=lambda r: r.time)
+        if prompts:
+            requests = self._with_admitted_prompts(requests, prompts, bins, backlog)
         return TrafficPicture(requests=requests, window_seconds=window, source="metrics", backlog=backlog)
+
+    def _admitted_prompts(self, bins: Sequence[TrafficBin]) -> list[tuple[int, int]]:
+        batches = [batch for b in bins for batch in b.admissions]
+        if not batches:
+            return []
+        chunk = self.chunk_tokens
+        if chunk is None:
+            # not told: a chunk shows as the largest batch, reached again and again
+            largest = max(batch[1] for batch in batches)
+            chunk = largest if sum(batch[1] == largest for batch in batches) >= 3 else None
+        return admitted_prompts(batches, chunk, self.page_size)
+
+    def _with_admitted_prompts(self, requests: list[RequestSpec], prompts: list[tuple[int, int]],
+                               bins: Sequence[TrafficBin], backlog: int) -> list[RequestSpec]:
+        """The prompt lengths in arrival order from the admitted sequence (fcfs: the k-th admitted is the k-th to
+        come). What ran before the window keeps its drawn length, and so does what still waits at its end; the
+        rest spread over the admitted sequence in order (a retracted request admitted twice, or a miscounted
+        chunk, shifts the pairing by one request rather than sliding every later one)."""
+        queued_first = bins[0].queued_at_start
+        running_first = backlog - int(round(queued_first)) if queued_first is not None else backlog
+        running_first = min(max(running_first, 0), len(requests))
+        waiting_last = int(round(self.last_queued)) if self.last_queued is not None else 0
+        paired = range(running_first, max(running_first, len(requests) - waiting_last))
+        if not paired:
+            return requests
+        out = list(requests)
+        scale = len(prompts) / len(paired)
+        for position, index in enumerate(paired):
+            prompt, _cached = prompts[min(len(prompts) - 1, int(position * scale))]
+            out[index] = replace(out[index], input_tokens=max(1, prompt))
+        return out
 
     # -- checkpoint -----------------------------------------------------------------------------------
 
@@ -324,7 +430,11 @@ class TrafficEstimator:
             "exact": [[r.arrival, r.input_tokens, r.output_tokens, r.max_new_tokens, r.finish, r.cached_tokens]
                       for r in self.exact],
             "last_in_system": self.last_in_system,
+            "last_queued": self.last_queued,
             "last_time": self.last_time,
+            "pending_admissions": self.pending_admissions,
+            "chunk_tokens": self.chunk_tokens,
+            "page_size": self.page_size,
         }
 
     @classmethod
@@ -343,4 +453,11 @@ class TrafficEstimator:
         for name in ("last_in_system", "last_time"):
             value = data[name]
             setattr(estimator, name, None if value is None else float(value))
+        # written since the admitted-prompt picture: older checkpoints lack them
+        queued = data.get("last_queued")
+        estimator.last_queued = None if queued is None else float(queued)
+        estimator.pending_admissions = [[int(v) for v in batch] for batch in data.get("pending_admissions", [])]
+        chunk = data.get("chunk_tokens")
+        estimator.chunk_tokens = None if chunk is None else int(chunk)
+        estimator.page_size = int(data.get("page_size", 1))
         return estimator

@@ -51,6 +51,8 @@ class StatsLine:
     accept_length: float | None = None  # decode with speculative decoding
     # `#swa token:`: an SWA-hybrid attention model (full + sliding-window KV pools, no Mamba pool)
     swa_used_tokens: int | None = None
+    # prefill only: `#new-seq:`, the batch's requests (len(can_run_list): a chunked request continuing counts again)
+    new_seqs: int | None = None
 
 
 @dataclass(slots=True)
@@ -344,7 +346,7 @@ def _parse_stats_unchecked(message: str, kind: str, head: _Head) -> StatsLine | 
     else:
         match = _HYBRID_PREFILL.fullmatch(message)
         if match is not None:
-            _, new_tokens, cached, full_usage, mamba_usage, running, queued, _, _ = match.groups()
+            new_seqs, new_tokens, cached, full_usage, mamba_usage, running, queued, _, _ = match.groups()
             return StatsLine(
                 head.time,
                 head.dp_rank,
@@ -359,6 +361,7 @@ def _parse_stats_unchecked(message: str, kind: str, head: _Head) -> StatsLine | 
                 int(new_tokens),
                 int(cached),
                 None,
+                new_seqs=int(new_seqs),
             )
     return _parse_stats_fields(message, kind, head)
 
@@ -398,6 +401,7 @@ def _parse_stats_fields(message: str, kind: str, head: _Head) -> StatsLine | Non
             cached_tokens=_int_or_none(fields, "#cached-token"),
             accept_length=_float_or_none(fields, "accept len"),
             swa_used_tokens=_int_or_none(fields, "#swa token"),
+            new_seqs=_int_or_none(fields, "#new-seq"),
         )
     except ValueError:
         return None
@@ -831,6 +835,7 @@ class LogDigest:
     request_lengths: list[tuple[int, int]] = field(default_factory=list)  # (prompt, completion) per request
     requests: list[RequestRecord] = field(default_factory=list)
     decode_intervals: list[DecodeInterval] = field(default_factory=list)
+    prefill_batches: list[StatsLine] = field(default_factory=list)  # in log order: what the scheduler admitted
     retracted_requests: int = 0
     boot: BootInfo | None = None  # the last boot block in the batch
     errors: list[str] = field(default_factory=list)
@@ -846,6 +851,7 @@ def digest(events: Iterable[LogEvent], *, source: str) -> LogDigest:
             swa_lines += event.swa_used_tokens is not None
             pending = prefill_since.setdefault(event.dp_rank, [0, 0])
             if event.kind == "prefill":
+                out.prefill_batches.append(event)
                 pending[0] += 1
                 pending[1] += event.new_tokens or 0
             elif event.kind == "decode":

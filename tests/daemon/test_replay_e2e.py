@@ -2,6 +2,7 @@
 picture fills from request logs or, without them, from /metrics alone; the step-time fit finds the emulated
 server's own costs; the recommendation then comes from the replayed curve."""
 
+import numpy as np
 import pytest
 from test_daemon_e2e import cycles, make_advisor
 
@@ -20,6 +21,7 @@ def test_the_daemon_replays_the_observed_traffic(tmp_path, request_logs):
     server = EmulatedServer(config, load_workload("demo"), log_path=str(log_path),
                             request_log_path=str(log_path) if request_logs else None, clock=clock)
     server.start()
+    server_start = clock.time()
     try:
         advisor = make_advisor(server.url, log_path, tmp_path, clock)
         status = cycles(advisor, server, clock, 24)
@@ -36,6 +38,16 @@ def test_the_daemon_replays_the_observed_traffic(tmp_path, request_logs):
         assert rec.decision == "raise_ratio", rec.reason
         assert rec.predicted_goodput_gain_ratio is not None and rec.predicted_goodput_gain_ratio > 1.03
         assert rec.ratio_lower <= rec.ratio <= rec.ratio_upper
+        if not request_logs:
+            # the prefill lines followed from the log place each prompt at its admission (fcfs: in arrival
+            # order): as many requests as the metrics counted, of the lengths the server was sent
+            traffic = advisor.pipelines[0].server_state.traffic
+            bins = list(traffic.bins)
+            prompts = traffic._admitted_prompts(bins)
+            admitted = sum(b.arrivals for b in bins) + (bins[0].queued_at_start or 0) - (traffic.last_queued or 0)
+            assert len(prompts) == pytest.approx(admitted, rel=0.05), (bins[0].queued_at_start, traffic.last_queued)
+            sent = [r.input_tokens for r in load_workload("demo").requests(0, clock.time() - server_start)]
+            assert np.mean([p for p, _ in prompts]) == pytest.approx(np.mean(sent), rel=0.1)
         advisor.close()
     finally:
         server.stop()

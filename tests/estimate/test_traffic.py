@@ -5,7 +5,13 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from advisor.estimate.traffic import UNSET_MAX_NEW_TOKENS, ExactRequest, TrafficEstimator, TrafficSettings
+from advisor.estimate.traffic import (
+    UNSET_MAX_NEW_TOKENS,
+    ExactRequest,
+    TrafficEstimator,
+    TrafficSettings,
+    admitted_prompts,
+)
 
 PROMPT_BOUNDS = (1000.0, 4000.0, 16000.0, 64000.0, float("inf"))
 OUTPUT_BOUNDS = (128.0, 512.0, 2048.0, float("inf"))
@@ -165,3 +171,61 @@ def test_under_a_long_queue_enough_exact_requests_beat_the_histogram_bins():
     sparse.bins, sparse.last_in_system = traffic.bins, traffic.last_in_system
     sparse.observe_requests(records)
     assert sparse.picture().source == "metrics"
+
+
+def test_admitted_prompts_follow_chunks_and_shared_batches():
+    # a long prompt cut at an 8192 chunk (page 64: a cut lands within a page of it) twice; its last piece shares a
+    # full batch with two new requests, the second of which is cut and finishes alone; then a short one
+    batches = [[1, 8192, 0], [1, 8150, 0], [3, 8192, 0], [1, 8000, 0], [1, 500, 64]]
+    prompts = admitted_prompts(batches, chunk_tokens=8192, page_size=64)
+    assert [p[0] for p in prompts] == [8192 + 8150 + 2731, 2731, 2731 + 8000, 564]
+    assert prompts[-1] == (564, 64)  # cached tokens count in the prompt
+    # without the chunk every line's requests are whole
+    assert [p[0] for p in admitted_prompts(batches[:2], chunk_tokens=None)] == [8192, 8150]
+
+
+def test_admitted_prompts_rebuild_the_scheduler_models_own_arrivals():
+    """The scheduler model logs a line per prefill batch as SGLang does; read back in fcfs order they give the
+    arrivals' prompts (bursty traffic, long documents cut into chunks)."""
+    from advisor.scheduler.engine import Simulator
+    from advisor.scheduler.types import PrefillBatch
+    from advisor.sim.config import load_server_config
+    from advisor.sim.workload import load_workload
+
+    server = load_server_config("default").with_ratio(0.9)
+    workload = load_workload("bursty-mixed")
+    arrivals = workload.requests(7, 600)
+    events = Simulator(server, workload, arrivals=arrivals).advance(600)
+    batches = [[e.new_seqs, e.new_tokens, e.cached_tokens] for e in events if isinstance(e, PrefillBatch)]
+    prompts = [p for p, _ in admitted_prompts(batches, server.chunked_prefill_size, server.serving.page_size)]
+    admitted = [r.input_tokens for r in arrivals[:len(prompts)]]
+    assert len(prompts) >= 0.95 * len(arrivals)
+    assert np.mean(prompts) == pytest.approx(np.mean(admitted), rel=0.02)
+    assert np.corrcoef(prompts, admitted)[0, 1] > 0.95
+    assert max(prompts) > 2 * server.chunked_prefill_size  # documents longer than a chunk come back whole
+
+
+def test_prefill_lines_put_a_burst_of_long_prompts_when_it_came():
+    """Finished-request histograms place a document when it ends; the prefill lines place it when it was admitted
+    (fcfs: in arrival order), so the replay sees the burst's KV demand at the burst."""
+    traffic = TrafficEstimator(TrafficSettings(window_seconds=600))
+    traffic.observe_interval(0.0, 30.0, finished=0, in_system=0, queued=0)
+    for index in range(20):
+        burst = index == 5
+        # 10 arrivals per bin; the burst's 10 documents (30,000 tokens) all finish in the last bins
+        traffic.observe_admissions([[1, 30000 if burst else 500, 0]] * 10, chunk_tokens=None)
+        late = index >= 17
+        prompt_counts = [10 - (4 if late else 0), 0, 0, 4 if late else 0, 0]
+        traffic.observe_interval(30.0 * (index + 1), 30.0, finished=10, in_system=0, queued=0,
+                                 prompt_bounds=PROMPT_BOUNDS, prompt_counts=prompt_counts,
+                                 prompt_sum=sum(prompt_counts[:1]) * 500 + prompt_counts[3] * 30000,
+                                 generation_bounds=OUTPUT_BOUNDS, generation_counts=[10, 0, 0, 0], generation_sum=1000)
+    picture = traffic.picture(seed=2)
+    assert picture is not None and picture.source == "metrics"
+    times = np.array([r.time for r in picture.requests])
+    inputs = np.array([r.input_tokens for r in picture.requests])
+    in_burst = (times >= 150) & (times < 180)
+    assert inputs[in_burst].mean() == pytest.approx(30000, rel=0.05)
+    assert inputs[~in_burst].max() < 1000
+    restored = TrafficEstimator.from_dict(traffic.to_dict())
+    assert restored.picture(seed=2) == picture

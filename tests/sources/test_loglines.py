@@ -87,6 +87,11 @@ def test_runtime_kvbound_single_counts() -> None:
     stats = _of(events, StatsLine)
     assert len([s for s in stats if s.kind == "decode"]) == sum("Decode batch" in line for line in lines)
     assert len([s for s in stats if s.kind == "prefill"]) == sum("Prefill batch" in line for line in lines)
+    # every prefill line's batch: its requests (#new-seq) with their new and cached tokens, in log order
+    assert [(s.new_seqs, s.new_tokens, s.cached_tokens) for s in stats if s.kind == "prefill"] == [
+        tuple(int(v) for v in re.search(r"#new-seq: (\d+), #new-token: (\d+), #cached-token: (\d+)", line).groups())  # type: ignore[union-attr]
+        for line in lines if "Prefill batch" in line
+    ]
     assert all(s.dp_rank is None and s.time is not None for s in stats)
     assert max(s.kv_used_tokens or 0 for s in stats) == 436906  # the pool's capacity: this server is KV-bound
     (boot,) = _of(events, BootBlock)

@@ -152,7 +152,7 @@ def test_the_0511_log_line_by_line() -> None:
     first = decode[0]
     assert (first.running_requests, first.kv_used_tokens, first.mamba_used_slots, first.mamba_usage) == (1, 89, 2, 0.05)
     prefill = next(s for s in stats if s.kind == "prefill")
-    assert (prefill.new_tokens, prefill.cached_tokens, prefill.mamba_usage) == (80, 0, 0.05)
+    assert (prefill.new_seqs, prefill.new_tokens, prefill.cached_tokens, prefill.mamba_usage) == (1, 80, 0, 0.05)
     (block,) = [e for e in events if isinstance(e, BootBlock)]
     boot = parse_boot_log("\n".join(block.lines))
     assert (boot.state_pool.max_mamba_cache_size, boot.max_running_requests, boot.server_args_form) == (40, 13, "repr")
