@@ -21,7 +21,7 @@ import math
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -32,6 +32,8 @@ UNSET_MAX_NEW_TOKENS = 1 << 30  # the scheduler model caps it at the context, as
 # How far below a finished turn's sequence length a later match may fall and still be that turn's prefix
 # (page rounding, the last sampled token; a larger share of very long sequences).
 PREFIX_MATCH_SLACK = 256
+# A prompt bucket's outputs are rescaled by its mean residence only when this many of its requests finished.
+MIN_BUCKET_FINISHES = 5
 
 
 @dataclass(frozen=True)
@@ -127,9 +129,15 @@ def _sample_lengths(rng: np.random.Generator, bounds: Sequence[float], counts: S
     return np.maximum(1.0, np.round(values))
 
 
+class AdmittedPrompt(NamedTuple):
+    tokens: int  # the prompt: new and cached tokens
+    cached: int
+    batch: int  # the index of the batch that admitted it (its first chunk)
+
+
 def admitted_prompts(batches: Sequence[Sequence[int]], chunk_tokens: int | None, page_size: int = 1,
-                     ) -> list[tuple[int, int]]:
-    """The requests a run of `Prefill batch` lines admitted, in admission order, as (prompt tokens, cached tokens).
+                     ) -> list[AdmittedPrompt]:
+    """The requests a run of `Prefill batch` lines admitted, in admission order, with their prompt and cached tokens.
     SGLang's default fcfs policy admits in arrival order, so this is the arrivals' prompt sequence, with the
     lengths placed at the time they came (a histogram of finished requests places a long prompt when it ends).
 
@@ -138,10 +146,10 @@ def admitted_prompts(batches: Sequence[Sequence[int]], chunk_tokens: int | None,
     it counts again: a batch that reached the chunk leaves its last request open. Tokens of a batch of several
     requests are split evenly between them (the lines do not say more); cached tokens go to the new requests
     only (a continuing request matched its prefix when it first came)."""
-    out: list[tuple[int, int]] = []
-    open_prompt: list[int] | None = None  # [tokens so far, cached] of a request cut at the chunk
+    out: list[AdmittedPrompt] = []
+    open_prompt: list[int] | None = None  # [tokens so far, cached, first batch] of a request cut at the chunk
     threshold = chunk_tokens - max(1, page_size) + 1 if chunk_tokens and chunk_tokens > 0 else None
-    for batch in batches:
+    for position, batch in enumerate(batches):
         seqs, new_tokens, cached = (max(0, int(v)) for v in batch[:3])
         if seqs <= 0:
             continue
@@ -153,7 +161,7 @@ def admitted_prompts(batches: Sequence[Sequence[int]], chunk_tokens: int | None,
             fresh -= 1
             if fresh == 0 and cut:
                 continue  # still open: the whole batch was its next chunk
-            out.append((open_prompt[0] + open_prompt[1], open_prompt[1]))
+            out.append(AdmittedPrompt(open_prompt[0] + open_prompt[1], open_prompt[1], open_prompt[2]))
             open_prompt = None
         if fresh <= 0:
             continue
@@ -161,11 +169,42 @@ def admitted_prompts(batches: Sequence[Sequence[int]], chunk_tokens: int | None,
         for index in range(fresh):
             taken = int(round(share))
             if cut and index == fresh - 1:
-                open_prompt = [taken, cached_share]
+                open_prompt = [taken, cached_share, position]
             else:
-                out.append((max(1, taken + cached_share), cached_share))
+                out.append(AdmittedPrompt(max(1, taken + cached_share), cached_share, position))
     if open_prompt is not None:
-        out.append((open_prompt[0] + open_prompt[1], open_prompt[1]))
+        out.append(AdmittedPrompt(open_prompt[0] + open_prompt[1], open_prompt[1], open_prompt[2]))
+    return out
+
+
+def _paired_outputs(requests: list[RequestSpec], paired: Sequence[int], residence: np.ndarray,
+                    buckets: np.ndarray) -> list[RequestSpec]:
+    """The drawn output lengths of the `paired` requests rescaled by their prompt bucket's mean residence over
+    the mean of all (a bucket whose requests stay twice as long decodes about twice as many tokens): the pairing
+    of output with prompt the server showed, the outputs' mean the histograms'. A bucket with too few finished
+    requests to say keeps the drawn lengths."""
+    stays = np.asarray(residence, dtype=float)
+    bucket_of = np.asarray(buckets)
+    factor = np.ones(len(stays))
+    means = {}
+    for bucket in np.unique(bucket_of):
+        members = stays[bucket_of == bucket]
+        known = members[np.isfinite(members)]
+        if len(known) >= MIN_BUCKET_FINISHES:
+            means[int(bucket)] = float(known.mean())
+    if len(means) < 2:
+        return requests
+    for position, bucket in enumerate(bucket_of):
+        factor[position] = means.get(int(bucket), math.nan)
+    known = np.isfinite(factor)
+    overall = float(np.mean(factor[known]))
+    if not overall > 0:
+        return requests
+    factor = np.where(known, factor / overall, 1.0)
+    out = list(requests)
+    for position, index in enumerate(paired):
+        spec = out[index]
+        out[index] = replace(spec, output_tokens=max(1, int(round(spec.output_tokens * factor[position]))))
     return out
 
 
@@ -386,26 +425,30 @@ class TrafficEstimator:
                 requests.append(RequestSpec(float(t), int(i), int(o), UNSET_MAX_NEW_TOKENS))
         requests.sort(key=lambda r: r.time)
         if prompts:
-            requests = self._with_admitted_prompts(requests, prompts, bins, backlog)
+            requests = self._with_admitted_prompts(requests, prompts, bins, backlog, rng)
         return TrafficPicture(requests=requests, window_seconds=window, source="metrics", backlog=backlog)
 
-    def _admitted_prompts(self, bins: Sequence[TrafficBin]) -> list[tuple[int, int]]:
+    def _admitted_prompts(self, bins: Sequence[TrafficBin]) -> list[AdmittedPrompt]:
         batches = [batch for b in bins for batch in b.admissions]
         if not batches:
             return []
         chunk = self.chunk_tokens
         if chunk is None:
-            # not told: a chunk shows as the largest batch, reached again and again
+            # not told: a chunk shows as the largest batch, reached again and again, and a round number (the
+            # flag's values are multiples of 256; a repeated prompt length need not be)
             largest = max(batch[1] for batch in batches)
-            chunk = largest if sum(batch[1] == largest for batch in batches) >= 3 else None
+            repeated = sum(batch[1] == largest for batch in batches) >= 3
+            chunk = largest if repeated and largest % 256 == 0 else None
         return admitted_prompts(batches, chunk, self.page_size)
 
-    def _with_admitted_prompts(self, requests: list[RequestSpec], prompts: list[tuple[int, int]],
-                               bins: Sequence[TrafficBin], backlog: int) -> list[RequestSpec]:
+    def _with_admitted_prompts(self, requests: list[RequestSpec], prompts: list[AdmittedPrompt],
+                               bins: Sequence[TrafficBin], backlog: int, rng: np.random.Generator,
+                               ) -> list[RequestSpec]:
         """The prompt lengths in arrival order from the admitted sequence (fcfs: the k-th admitted is the k-th to
         come). What ran before the window keeps its drawn length, and so does what still waits at its end; the
         rest spread over the admitted sequence in order (a retracted request admitted twice, or a miscounted
-        chunk, shifts the pairing by one request rather than sliding every later one)."""
+        chunk, shifts the pairing by one request rather than sliding every later one). Then the outputs: see
+        `_paired_outputs`."""
         queued_first = bins[0].queued_at_start
         running_first = backlog - int(round(queued_first)) if queued_first is not None else backlog
         running_first = min(max(running_first, 0), len(requests))
@@ -415,10 +458,51 @@ class TrafficEstimator:
             return requests
         out = list(requests)
         scale = len(prompts) / len(paired)
-        for position, index in enumerate(paired):
-            prompt, _cached = prompts[min(len(prompts) - 1, int(position * scale))]
-            out[index] = replace(out[index], input_tokens=max(1, prompt))
-        return out
+        chosen = [min(len(prompts) - 1, int(position * scale)) for position in range(len(paired))]
+        for index, which in zip(paired, chosen, strict=True):
+            out[index] = replace(out[index], input_tokens=max(1, prompts[which].tokens))
+        finished = sum(b.finished for b in bins)
+        found = self._residence(prompts, bins, running_first / finished if finished > 0 else 0.0, rng)
+        if found is None:
+            return out
+        residence, bucket_of = found
+        return _paired_outputs(out, paired, residence[chosen], bucket_of[chosen])
+
+    def _residence(self, prompts: list[AdmittedPrompt], bins: Sequence[TrafficBin], running_share: float,
+                   rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray] | None:
+        """Each admitted prompt's time from admission to finish (NaN where it did not finish in the window): the
+        prompt histogram of each interval counts the requests that finished in it by prompt bucket, and within a
+        bucket requests of a like length finish roughly in the order they were admitted (matched first in, first
+        out). The time spent mostly decoding, it orders the requests by output length: a long document that
+        decodes for a long while holds its KV for that while."""
+        reference = next((b for b in bins if b.prompt_bounds and sum(b.prompt_counts) > 0), None)
+        if reference is None:
+            return None
+        bounds = np.asarray(reference.prompt_bounds, dtype=float)
+        batch_bin = np.repeat(np.arange(len(bins)), [len(b.admissions) for b in bins])
+        middles = np.asarray([(b.start + b.end) / 2 for b in bins])
+        admitted_at = middles[batch_bin[[p.batch for p in prompts]]] + rng.uniform(-0.5, 0.5, len(prompts)) * (
+            np.asarray([bins[i].end - bins[i].start for i in batch_bin[[p.batch for p in prompts]]]))
+        bucket_of = np.minimum(np.searchsorted(bounds, [p.tokens for p in prompts], side="left"), len(bounds) - 1)
+        residence = np.full(len(prompts), np.nan)
+        for bucket in range(len(bounds)):
+            finishes = []
+            for traffic_bin in bins:
+                if list(traffic_bin.prompt_bounds) != list(reference.prompt_bounds):
+                    continue
+                count = int(round(traffic_bin.prompt_counts[bucket]))
+                finishes.extend(rng.uniform(traffic_bin.start, traffic_bin.end, count).tolist())
+            members = np.flatnonzero(bucket_of == bucket)
+            if not len(members) or not finishes:
+                continue
+            finishes.sort()
+            # the bucket's share of what ran before the window finishes first, before any admitted in it
+            skip = int(round(running_share * len(finishes)))
+            finishes = finishes[skip:]
+            matched = min(len(members), len(finishes))
+            order = members[np.argsort(admitted_at[members], kind="stable")][:matched]
+            residence[order] = np.maximum(0.0, np.asarray(finishes[:matched]) - admitted_at[order])
+        return residence, bucket_of
 
     # -- checkpoint -----------------------------------------------------------------------------------
 

@@ -47,7 +47,7 @@ def test_the_daemon_replays_the_observed_traffic(tmp_path, request_logs):
             admitted = sum(b.arrivals for b in bins) + (bins[0].queued_at_start or 0) - (traffic.last_queued or 0)
             assert len(prompts) == pytest.approx(admitted, rel=0.05), (bins[0].queued_at_start, traffic.last_queued)
             sent = [r.input_tokens for r in load_workload("demo").requests(0, clock.time() - server_start)]
-            assert np.mean([p for p, _ in prompts]) == pytest.approx(np.mean(sent), rel=0.1)
+            assert np.mean([p.tokens for p in prompts]) == pytest.approx(np.mean(sent), rel=0.1)
         advisor.close()
     finally:
         server.stop()

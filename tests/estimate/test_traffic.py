@@ -179,7 +179,7 @@ def test_admitted_prompts_follow_chunks_and_shared_batches():
     batches = [[1, 8192, 0], [1, 8150, 0], [3, 8192, 0], [1, 8000, 0], [1, 500, 64]]
     prompts = admitted_prompts(batches, chunk_tokens=8192, page_size=64)
     assert [p[0] for p in prompts] == [8192 + 8150 + 2731, 2731, 2731 + 8000, 564]
-    assert prompts[-1] == (564, 64)  # cached tokens count in the prompt
+    assert prompts[-1][:2] == (564, 64)  # cached tokens count in the prompt
     # without the chunk every line's requests are whole
     assert [p[0] for p in admitted_prompts(batches[:2], chunk_tokens=None)] == [8192, 8150]
 
@@ -197,7 +197,7 @@ def test_admitted_prompts_rebuild_the_scheduler_models_own_arrivals():
     arrivals = workload.requests(7, 600)
     events = Simulator(server, workload, arrivals=arrivals).advance(600)
     batches = [[e.new_seqs, e.new_tokens, e.cached_tokens] for e in events if isinstance(e, PrefillBatch)]
-    prompts = [p for p, _ in admitted_prompts(batches, server.chunked_prefill_size, server.serving.page_size)]
+    prompts = [p.tokens for p in admitted_prompts(batches, server.chunked_prefill_size, server.serving.page_size)]
     admitted = [r.input_tokens for r in arrivals[:len(prompts)]]
     assert len(prompts) >= 0.95 * len(arrivals)
     assert np.mean(prompts) == pytest.approx(np.mean(admitted), rel=0.02)
@@ -229,3 +229,28 @@ def test_prefill_lines_put_a_burst_of_long_prompts_when_it_came():
     assert inputs[~in_burst].max() < 1000
     restored = TrafficEstimator.from_dict(traffic.to_dict())
     assert restored.picture(seed=2) == picture
+
+
+def test_prompts_that_stay_longer_get_the_longer_outputs():
+    """Documents admitted with the chat but finishing three intervals later decode for longer: the picture gives
+    them the longer outputs of the histograms (a document's KV is held while it decodes), the chat the shorter."""
+    traffic = TrafficEstimator(TrafficSettings(window_seconds=900))
+    traffic.observe_interval(0.0, 15.0, finished=0, in_system=0, queued=0)
+    in_flight = 0
+    for index in range(40):
+        traffic.observe_admissions([[1, 600, 0]] * 8 + [[1, 30000, 0]] * 2, chunk_tokens=None)
+        docs_done = 2 if index >= 3 else 0
+        in_flight += 2 - docs_done
+        # chat finishes in its own interval with 100-token outputs, documents three later with 1000-token ones
+        traffic.observe_interval(15.0 * (index + 1), 15.0, finished=8 + docs_done, in_system=in_flight, queued=0,
+                                 prompt_bounds=PROMPT_BOUNDS, prompt_counts=[8, 0, 0, docs_done, 0],
+                                 prompt_sum=8 * 600 + docs_done * 30000, generation_bounds=OUTPUT_BOUNDS,
+                                 generation_counts=[8, 0, docs_done, 0], generation_sum=8 * 100 + docs_done * 1000)
+    picture = traffic.picture(seed=4)
+    assert picture is not None
+    docs = [r.output_tokens for r in picture.requests if r.input_tokens > 10000]
+    chat = [r.output_tokens for r in picture.requests if r.input_tokens <= 10000]
+    assert len(docs) >= 60 and len(chat) >= 250
+    assert np.mean(docs) > 3 * np.mean(chat)
+    everything = [r.output_tokens for r in picture.requests]
+    assert np.mean(everything) == pytest.approx((8 * 100 + 2 * 1000) / 10, rel=0.25)  # the histograms' mean
