@@ -204,11 +204,15 @@ class Simulator:
         dp_rank: int = 0,
         dp_size: int = 1,
         arrivals: Iterable[RequestSpec] | None = None,
+        log_lines: bool = True,
     ) -> None:
+        """`log_lines=False` builds no PrefillBatch / DecodeTick events (what SGLang logs and the emulator prints):
+        a goodput run reads only finished requests and the accumulators, and skips their cost."""
         if dp_size < 1 or not 0 <= dp_rank < dp_size:
             raise ValueError(f"dp_rank must be in [0, dp_size), got dp_rank={dp_rank}, dp_size={dp_size}")
         self.server = server
         self.workload = workload
+        self.log_lines = log_lines
         self.seed = seed
         self.dp_rank = dp_rank
         self.dp_size = dp_size
@@ -727,22 +731,23 @@ class Simulator:
         self._fit_cached_states()
         duration = self.cost.prefill_seconds(tokens, attention)
         self.prefill_compute_total += tokens
-        used = self._used(self.step)
-        events.append(
-            PrefillBatch(
-                time=self.clock,
-                new_seqs=len(batch),
-                new_tokens=tokens,
-                cached_tokens=cached,
-                running_requests=self.n,
-                queued_requests=len(self.queue),
-                full_token_usage=self._per_rank(used) / self.kv_capacity_physical,
-                mamba_usage=(self.n + self._staged_seqs)
-                * self.slots_per_request
-                / max(1, self.split.max_mamba_cache_size),
-                input_throughput=tokens / duration,
+        if self.log_lines:
+            used = self._used(self.step)
+            events.append(
+                PrefillBatch(
+                    time=self.clock,
+                    new_seqs=len(batch),
+                    new_tokens=tokens,
+                    cached_tokens=cached,
+                    running_requests=self.n,
+                    queued_requests=len(self.queue),
+                    full_token_usage=self._per_rank(used) / self.kv_capacity_physical,
+                    mamba_usage=(self.n + self._staged_seqs)
+                    * self.slots_per_request
+                    / max(1, self.split.max_mamba_cache_size),
+                    input_throughput=tokens / duration,
+                )
             )
-        )
         self._activity = _Prefill(self.clock, self.clock + duration, batch)
 
     def _complete_prefill(self, act: _Prefill, events: list[SimEvent]) -> None:
@@ -1058,6 +1063,9 @@ class Simulator:
                 acc.kv_bound_seconds += blocked
         # SGLang prints a decode line every decode_log_interval forward passes; with speculative decoding one pass
         # verifies the drafts and yields spec_accept_length tokens per request (one simulated step each).
+        if not self.log_lines:
+            self.decode_tokens_total += n * count
+            return
         interval = self.server.decode_log_interval
         if self.draft:
             interval = max(1, round(interval * self.cost.spec_accept_length))
@@ -1180,7 +1188,8 @@ def _run_worker(
     arrivals: Iterable[RequestSpec] | None,
     chunk_seconds: float = 60.0,
 ) -> tuple[Simulator, SimAccumulators, SimAccumulators, list[RequestFinished]]:
-    sim = Simulator(server, workload, seed=seed, dp_rank=dp_rank, dp_size=dp_size, arrivals=arrivals)
+    sim = Simulator(server, workload, seed=seed, dp_rank=dp_rank, dp_size=dp_size, arrivals=arrivals,
+                    log_lines=False)
     finished: list[RequestFinished] = []
     start_acc = sim.accumulators()
     t = 0.0
