@@ -220,14 +220,21 @@ DEFAULT_DECODE_LOG_INTERVAL = 40
 
 
 def step_samples_from_log(intervals: Iterable[DecodeInterval], steps: int = DEFAULT_DECODE_LOG_INTERVAL) -> list[StepSample]:
-    """Decode lines (with the prefills between them) as step-time samples."""
+    """Decode lines (with the prefills between them) as step-time samples. An interval in which the server sat
+    idle (a prefill from an empty batch) is left out: SGLang's `gen throughput` divides by the wall time since
+    the previous decode line, idle time included, which would read as slow steps."""
     out = []
     for interval in intervals:
         line = interval.line
-        if line.gen_throughput is None or line.running_requests <= 0:
+        if line.gen_throughput is None or line.running_requests <= 0 or interval.idle_before:
             continue
+        batch, kv_tokens = float(line.running_requests), float(line.kv_used_tokens or 0)
+        if interval.previous_running is not None:
+            batch = (batch + interval.previous_running) / 2.0
+        if interval.previous_kv_tokens is not None and line.kv_used_tokens is not None:
+            kv_tokens = (kv_tokens + interval.previous_kv_tokens) / 2.0
         out.append(StepSample(
-            batch=float(line.running_requests), kv_tokens=float(line.kv_used_tokens or 0),
+            batch=batch, kv_tokens=kv_tokens,
             gen_throughput=float(line.gen_throughput), steps=float(steps),
             prefill_batches=float(interval.prefill_batches), prefill_tokens=float(interval.prefill_tokens),
             accept_length=float(line.accept_length or 1.0),

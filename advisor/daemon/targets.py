@@ -48,6 +48,7 @@ class DirectSource:
         self.metrics_limits = MetricsLimits(config.max_line_bytes, config.max_labels_per_series, config.max_series)
         self.followers = [LogFollower(path, max_line_bytes=config.max_line_bytes) for path in target.log_paths]
         self.log_parser = LogLineParser()
+        self.open_intervals: dict[str, dict[int | None, list[int]]] = {}  # per log: each rank's decode interval
 
     def read_logs(self) -> LogReading:
         reading = LogReading()
@@ -62,7 +63,8 @@ class DirectSource:
                 reading.errors.append(f"{follower.path}: {follower.cut_lines - cut} line(s) longer than "
                                       f"max_line_bytes={follower.max_line_bytes} cut")
             bad_before, abandoned_before = self.log_parser.bad_request_lines, self.log_parser.abandoned_boot_blocks
-            found = digest(self.log_parser.feed(lines), source=follower.path)
+            found = digest(self.log_parser.feed(lines), source=follower.path,
+                           carry=self.open_intervals.setdefault(follower.path, {}))
             if self.log_parser.abandoned_boot_blocks > abandoned_before:  # never finished, or over its line/byte cap
                 reading.errors.append(f"{follower.path}: boot block given up (no caps line; superseded or too long)")
             # request-log lines that gave no record (the parser counts them): skipped, counted, the rest kept

@@ -825,6 +825,13 @@ class DecodeInterval:
     line: StatsLine
     prefill_batches: int
     prefill_tokens: int
+    # A prefill in the interval started from an empty batch (`#running-req: 0`): the server sat idle before it,
+    # and that idle time is in the interval's wall time too.
+    idle_before: bool = False
+    # The previous decode line's batch and KV tokens on this rank (None: not seen): `gen throughput` counts the
+    # tokens of every step since it, so the interval's mean batch lies between the two lines'.
+    previous_running: int | None = None
+    previous_kv_tokens: int | None = None
 
 
 @dataclass
@@ -841,22 +848,31 @@ class LogDigest:
     errors: list[str] = field(default_factory=list)
 
 
-def digest(events: Iterable[LogEvent], *, source: str) -> LogDigest:
-    """Fold parsed events into a LogDigest; a boot block SGLang left incomplete becomes an error, not a raise."""
+def digest(events: Iterable[LogEvent], *, source: str, carry: dict[int | None, list[int]] | None = None) -> LogDigest:
+    """Fold parsed events into a LogDigest; a boot block SGLang left incomplete becomes an error, not a raise.
+    `carry` keeps each DP rank's decode interval open across calls (a follower's reads cut it anywhere)."""
     out = LogDigest()
     swa_lines = 0
-    prefill_since: dict[int | None, list[int]] = {}  # dp rank -> [batches, tokens] since its last decode line
+    # dp rank -> [batches, tokens, prefills from an empty batch since its last decode line, that line's batch and
+    # KV tokens (-1: none)]
+    prefill_since: dict[int | None, list[int]] = carry if carry is not None else {}
     for event in events:
         if isinstance(event, StatsLine):
             swa_lines += event.swa_used_tokens is not None
-            pending = prefill_since.setdefault(event.dp_rank, [0, 0])
+            pending = prefill_since.setdefault(event.dp_rank, [0, 0, 0, -1, -1])
             if event.kind == "prefill":
                 out.prefill_batches.append(event)
                 pending[0] += 1
                 pending[1] += event.new_tokens or 0
+                pending[2] += event.running_requests == 0
             elif event.kind == "decode":
-                out.decode_intervals.append(DecodeInterval(event, pending[0], pending[1]))
-                pending[0] = pending[1] = 0
+                out.decode_intervals.append(DecodeInterval(
+                    event, pending[0], pending[1], pending[2] > 0,
+                    previous_running=pending[3] if pending[3] >= 0 else None,
+                    previous_kv_tokens=pending[4] if pending[4] >= 0 else None))
+                pending[0] = pending[1] = pending[2] = 0
+                pending[3] = event.running_requests
+                pending[4] = event.kv_used_tokens if event.kv_used_tokens is not None else -1
         elif isinstance(event, RequestRecord):
             out.request_lengths.append((event.prompt_tokens, event.completion_tokens))
             out.requests.append(event)

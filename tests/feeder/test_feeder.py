@@ -220,3 +220,40 @@ def test_the_replays_scheduler_keeps_the_servers_radix_cache_and_admission_budge
     fallback = scheduler_server(model, boot, CostModel())
     assert fallback is not None and fallback.max_prefill_tokens == max(16384, boot.chunked_prefill_size)
     assert fallback.schedule_conservativeness == 1.0
+
+
+def test_the_decode_lines_give_the_servers_own_prefill_and_decode_costs():
+    """Lines the scheduler model prints as SGLang does, read back (a follower's reads cut the intervals anywhere):
+    `gen throughput` counts every step since the previous decode line, so its mean batch lies between the two
+    lines'; with that the fit finds both the decode and the prefill costs of a one-GPU MoE (the prefill share of
+    the time is small, so a biased batch read shows up there first)."""
+    from advisor.estimate.steptime import StepTimeEstimator
+    from advisor.feeder import step_samples_from_log
+    from advisor.scheduler.engine import Simulator
+    from advisor.scheduler.types import DecodeTick, PrefillBatch
+    from advisor.sim.config import load_server_config
+    from advisor.sim.sglang_logs import decode_line, line, prefill_line
+    from advisor.sim.workload import load_workload
+    from advisor.sources.loglines import LogLineParser, digest
+
+    server = load_server_config("single-gpu-moe")
+    workload = load_workload("bimodal-chat-docs").scaled(0.25)
+    events = Simulator(server, workload, seed=3).advance(1800)
+    text = [line(1.8e9 + e.time, prefill_line(e) if isinstance(e, PrefillBatch) else decode_line(e))
+            for e in events if isinstance(e, (PrefillBatch, DecodeTick))]
+    parser, carry = LogLineParser(), {}
+    intervals = []
+    for start in range(0, len(text), 997):  # reads that cut intervals
+        intervals += digest(parser.feed(text[start:start + 997]), source="test", carry=carry).decode_intervals
+    assert sum(i.prefill_batches for i in intervals) == pytest.approx(
+        sum(isinstance(e, PrefillBatch) for e in events), abs=5)  # the prefills before the last decode line
+    estimator = StepTimeEstimator()
+    estimator.observe(1800.0, step_samples_from_log(intervals))
+    fit = estimator.fit()
+    assert fit is not None
+    for name in ("decode_base_seconds", "decode_per_request_seconds", "decode_per_kv_token_seconds",
+                 "prefill_per_token_seconds"):
+        assert getattr(fit.cost, name) == pytest.approx(getattr(server.cost, name), rel=0.12), name
+    # a batch's fixed cost is the least determined (few prefills per interval): within 40%, where the current
+    # line's batch alone (no mean with the previous line's) reads it at nearly twice the server's
+    assert fit.cost.prefill_base_seconds == pytest.approx(server.cost.prefill_base_seconds, rel=0.4)
