@@ -77,6 +77,12 @@ class ErrorLedger:
                 self.totals[source] = count
 
 
+# A replay is redone before its interval is out when the effective context moved by this factor since it ran,
+# and at least this share of the interval has passed.
+REPLAY_SHIFT_FACTOR = 1.33
+REPLAY_SHIFT_MIN_SHARE = 0.25
+
+
 @dataclass
 class LogReading:
     """What one cycle's new log lines gave (a source without logs gives an empty one)."""
@@ -244,6 +250,7 @@ class ServerPipeline:
         self.replay_result: ReplayCurve | None = None
         self.replay_time: float | None = None
         self.replay_live_ratio: float | None = None  # the live ratio the last replay compared against
+        self.replay_context: float | None = None  # the effective context L the last replay saw
         self.last_scrape_now: float | None = None  # when the previous good scrape was taken (advisor clock)
         self._serving_error = ""
         if target.boot_log:
@@ -473,8 +480,14 @@ class ServerPipeline:
         live = live_ratio_of(model)
         # Reused between intervals, unless the server restarted with another split (its gain was against the old one).
         same_live = live is not None and self.replay_live_ratio is not None and math.isclose(live, self.replay_live_ratio)
+        # ... and sooner when the traffic changed character since (a regime shift: the effective context L moved
+        # by a third), once a quarter of the interval has passed
+        context = picture.summary.effective_context_length
+        shifted = (context is not None and context > 0 and self.replay_context and self.replay_time is not None
+                   and now - self.replay_time >= interval * REPLAY_SHIFT_MIN_SHARE
+                   and max(context / self.replay_context, self.replay_context / context) > REPLAY_SHIFT_FACTOR)
         if (self.replay_time is not None and now - self.replay_time < interval and self.replay_result is not None
-                and same_live):
+                and same_live and not shifted):
             return self.replay_result
         if budget is not None and not budget.allows():  # before the inputs too: building them costs as well
             budget.deferred += 1
@@ -510,7 +523,7 @@ class ServerPipeline:
         finally:
             if budget is not None:
                 budget.spend(time.monotonic() - started, replayed)
-        self.replay_time, self.replay_live_ratio = now, live
+        self.replay_time, self.replay_live_ratio, self.replay_context = now, live, context
         return self.replay_result
 
     def close(self) -> None:
