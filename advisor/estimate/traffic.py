@@ -461,47 +461,65 @@ class TrafficEstimator:
         chosen = [min(len(prompts) - 1, int(position * scale)) for position in range(len(paired))]
         for index, which in zip(paired, chosen, strict=True):
             out[index] = replace(out[index], input_tokens=max(1, prompts[which].tokens))
-        finished = sum(b.finished for b in bins)
-        found = self._residence(prompts, bins, running_first / finished if finished > 0 else 0.0, rng)
+        found = self._residence(prompts, bins, running_first, rng)
         if found is None:
             return out
         residence, bucket_of = found
         return _paired_outputs(out, paired, residence[chosen], bucket_of[chosen])
 
-    def _residence(self, prompts: list[AdmittedPrompt], bins: Sequence[TrafficBin], running_share: float,
+    def _residence(self, prompts: list[AdmittedPrompt], bins: Sequence[TrafficBin], running_first: int,
                    rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray] | None:
         """Each admitted prompt's time from admission to finish (NaN where it did not finish in the window): the
         prompt histogram of each interval counts the requests that finished in it by prompt bucket, and within a
         bucket requests of a like length finish roughly in the order they were admitted (matched first in, first
         out). The time spent mostly decoding, it orders the requests by output length: a long document that
-        decodes for a long while holds its KV for that while."""
+        decodes for a long while holds its KV for that while.
+
+        What was running when the window opened finishes first and was admitted before it: each bucket's share
+        of it is skipped. Running requests are residence-weighted (Little's law: a bucket holds its finishing
+        rate times its stay), so a first pass at the buckets' finishing shares gives the stays, a second pass
+        skips by finishes times stay."""
         reference = next((b for b in bins if b.prompt_bounds and sum(b.prompt_counts) > 0), None)
         if reference is None:
             return None
         bounds = np.asarray(reference.prompt_bounds, dtype=float)
         batch_bin = np.repeat(np.arange(len(bins)), [len(b.admissions) for b in bins])
+        first_bins = batch_bin[[p.batch for p in prompts]]
         middles = np.asarray([(b.start + b.end) / 2 for b in bins])
-        admitted_at = middles[batch_bin[[p.batch for p in prompts]]] + rng.uniform(-0.5, 0.5, len(prompts)) * (
-            np.asarray([bins[i].end - bins[i].start for i in batch_bin[[p.batch for p in prompts]]]))
+        widths = np.asarray([b.end - b.start for b in bins])
+        admitted_at = middles[first_bins] + rng.uniform(-0.5, 0.5, len(prompts)) * widths[first_bins]
         bucket_of = np.minimum(np.searchsorted(bounds, [p.tokens for p in prompts], side="left"), len(bounds) - 1)
-        residence = np.full(len(prompts), np.nan)
+        finishes: dict[int, np.ndarray] = {}
+        members: dict[int, np.ndarray] = {}
         for bucket in range(len(bounds)):
-            finishes = []
-            for traffic_bin in bins:
-                if list(traffic_bin.prompt_bounds) != list(reference.prompt_bounds):
-                    continue
-                count = int(round(traffic_bin.prompt_counts[bucket]))
-                finishes.extend(rng.uniform(traffic_bin.start, traffic_bin.end, count).tolist())
-            members = np.flatnonzero(bucket_of == bucket)
-            if not len(members) or not finishes:
-                continue
-            finishes.sort()
-            # the bucket's share of what ran before the window finishes first, before any admitted in it
-            skip = int(round(running_share * len(finishes)))
-            finishes = finishes[skip:]
-            matched = min(len(members), len(finishes))
-            order = members[np.argsort(admitted_at[members], kind="stable")][:matched]
-            residence[order] = np.maximum(0.0, np.asarray(finishes[:matched]) - admitted_at[order])
+            times = [rng.uniform(b.start, b.end, int(round(b.prompt_counts[bucket]))) for b in bins
+                     if list(b.prompt_bounds) == list(reference.prompt_bounds)]
+            ends = np.sort(np.concatenate(times)) if times else np.zeros(0)
+            admitted = np.flatnonzero(bucket_of == bucket)
+            if len(ends) and len(admitted):
+                finishes[bucket] = ends
+                members[bucket] = admitted[np.argsort(admitted_at[admitted], kind="stable")]
+        total = sum(len(ends) for ends in finishes.values())
+        if not total:
+            return None
+
+        def match(weights: dict[int, float]) -> np.ndarray:
+            residence = np.full(len(prompts), np.nan)
+            weight_sum = sum(len(finishes[k]) * weights[k] for k in finishes) or 1.0
+            for bucket, ends in finishes.items():
+                skip = int(round(running_first * len(ends) * weights[bucket] / weight_sum))
+                ends = ends[skip:]
+                matched = min(len(members[bucket]), len(ends))
+                order = members[bucket][:matched]
+                residence[order] = np.maximum(0.0, ends[:matched] - admitted_at[order])
+            return residence
+
+        residence = match(dict.fromkeys(finishes, 1.0))
+        if running_first > 0:
+            stays = {k: float(np.nanmean(residence[members[k]])) if np.isfinite(residence[members[k]]).any()
+                     else 0.0 for k in finishes}
+            if any(v > 0 for v in stays.values()):
+                residence = match(stays)
         return residence, bucket_of
 
     # -- checkpoint -----------------------------------------------------------------------------------
