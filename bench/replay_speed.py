@@ -31,7 +31,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     workers = [int(w) for w in args.workers.split(",")]
     server = load_server_config(args.server)
-    timing = "".join(f" {f'w={w} s':>8s} {'s/run':>6s}" for w in workers)
+    # wall seconds per worker count; with one worker also the process's CPU seconds, which a shared machine's
+    # other load inflates far less than the wall time
+    timing = "".join(f" {f'w={w} s':>8s} {'s/run':>6s}" + (f" {'cpu s':>6s}" if w == 1 else "") for w in workers)
     print(f"{'workload':22s} {'observed':>8s} {'replayed':>8s} {'runs':>4s}{timing}  chosen r (prior)")
     for name in args.workloads.split(","):
         requests = load_workload(name).requests(1, args.window)
@@ -48,13 +50,13 @@ def main(argv: list[str] | None = None) -> int:
         for count in workers:
             if count > 1:  # the worker processes start once, before the timing (the daemon keeps them)
                 replay_curve(server, picture, prior_ratio=prior, live_ratio=0.9, run_many=replay_pool.runner(count))
-            started = time.perf_counter()
+            started, cpu_started = time.perf_counter(), time.process_time()
             curve = replay_curve(server, picture, prior_ratio=prior, live_ratio=0.9,
                                  run_many=replay_pool.runner(count))
-            elapsed = time.perf_counter() - started
+            elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu_started
             if curve is None:
                 break
-            cells += f" {elapsed:8.2f} {elapsed / len(curve.points):6.3f}"
+            cells += f" {elapsed:8.2f} {elapsed / len(curve.points):6.3f}" + (f" {cpu:6.2f}" if count == 1 else "")
         if curve is None:
             print(f"{name:22s} {len(requests):8d}  (too few requests to replay)")
             continue
