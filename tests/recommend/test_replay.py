@@ -5,7 +5,7 @@ import math
 import pytest
 
 from advisor.estimate.traffic import TrafficPicture
-from advisor.recommend.replay import ratio_on_plateau, replay_curve
+from advisor.recommend.replay import ReplaySettings, ratio_on_plateau, replay_curve
 from advisor.scheduler.engine import simulate
 from advisor.scheduler.types import RequestSpec
 from advisor.sim.config import load_server_config
@@ -70,3 +70,27 @@ def test_too_few_requests_give_no_curve():
 )
 def test_the_prior_decides_on_the_plateau_but_never_at_its_end(lower, upper, prior, chosen):
     assert ratio_on_plateau(lower, upper, prior, 1.5) == pytest.approx(chosen)
+
+
+def test_a_sharp_optimum_is_bracketed_closer_than_the_grid():
+    """A knife-edge curve (SLO goodput near a cliff on both sides, peak at 1.5) around a prior of 1.64: the grid
+    and its refinement leave one best candidate; bracketing it at a quarter, then an eighth of the step lands
+    within a few percent of the peak, where the grid alone stays on its candidate."""
+    from dataclasses import replace as dc_replace
+
+    server = load_server_config("default")
+    picture = TrafficPicture([RequestSpec(float(t), 100, 10, 100) for t in range(200)], 200.0, "test")
+    template = simulate(server.with_ratio(1.0), workload_from_dict(_chat(0.3)), duration=60.0)
+
+    def knife_edge(_server, _picture, ratios, _settings):
+        return [dc_replace(template, ratio=r, completed_requests=5000, goodput_tokens_per_second=1000.0,
+                           slo_goodput_tokens_per_second=1000.0 * math.exp(-abs(math.log(r / 1.5)) / 0.08))
+                for r in ratios]
+
+    sharp = replay_curve(server, picture, prior_ratio=1.64, live_ratio=0.9, run_many=knife_edge)
+    coarse = replay_curve(server, picture, prior_ratio=1.64, live_ratio=0.9, run_many=knife_edge,
+                          settings=ReplaySettings(sharp_refinements=0))
+    assert sharp is not None and coarse is not None
+    assert abs(math.log(sharp.chosen_ratio / 1.5)) < 0.04
+    assert coarse.chosen_ratio == pytest.approx(1.64)
+    assert len(sharp.points) == len(coarse.points) + 4
