@@ -32,6 +32,9 @@ UNSET_MAX_NEW_TOKENS = 1 << 30  # the scheduler model caps it at the context, as
 # How far below a finished turn's sequence length a later match may fall and still be that turn's prefix
 # (page rounding, the last sampled token; a larger share of very long sequences).
 PREFIX_MATCH_SLACK = 256
+# The longest gap between a matched prefix and an earlier prompt still read as that turn's output
+# (SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION's default, managers/schedule_policy.py).
+TURN_OUTPUT_CAP = 4096
 # A prompt bucket's outputs are rescaled by its mean residence only when this many of its requests finished.
 MIN_BUCKET_FINISHES = 5
 
@@ -206,6 +209,32 @@ def _paired_outputs(requests: list[RequestSpec], paired: Sequence[int], residenc
         spec = out[index]
         out[index] = replace(spec, output_tokens=max(1, int(round(spec.output_tokens * factor[position]))))
     return out
+
+
+def conversations_from_hits(requests: list[RequestSpec], cached: Sequence[int]) -> list[RequestSpec]:
+    """Radix reuse for a picture that knows each request's prompt and matched prefix (`cached`, from the prefill
+    lines) but not which earlier request it continues. A turn's matched prefix is its conversation's previous
+    turn whole (prompt + output), so the earlier request with the longest prompt below the match, within an
+    output's length of it and not yet continued, is taken as the previous turn, and its output is what closes
+    the gap; `prefix_groups` then makes the conversations. Any other match stays a shared prefix."""
+    if not any(c > 0 for c in cached):
+        return requests
+    out = list(requests)
+    open_prompts: list[tuple[int, int]] = []  # (prompt tokens, index) of turns not yet continued, sorted
+    # a turn's output is at most what the histograms drew, or SGLang's clipped max_new_tokens estimate
+    longest_output = max(max((r.output_tokens for r in requests), default=1), TURN_OUTPUT_CAP)
+    for index, spec in enumerate(out):
+        hit = cached[index]
+        if hit > 0:
+            position = bisect.bisect_left(open_prompts, (hit, -1)) - 1
+            if position >= 0 and hit - open_prompts[position][0] < longest_output:
+                prompt, parent = open_prompts.pop(position)
+                out[parent] = replace(out[parent], output_tokens=max(1, hit - prompt + 1))
+        bisect.insort(open_prompts, (spec.input_tokens, index))
+    records = [ExactRequest(arrival=r.time, input_tokens=r.input_tokens, output_tokens=r.output_tokens,
+                            cached_tokens=min(c, max(0, r.input_tokens - 1)))
+               for r, c in zip(out, cached, strict=True)]
+    return prefix_groups(records, out)
 
 
 def prefix_groups(records: Sequence[ExactRequest], requests: Sequence[RequestSpec]) -> list[RequestSpec]:
@@ -462,10 +491,13 @@ class TrafficEstimator:
         for index, which in zip(paired, chosen, strict=True):
             out[index] = replace(out[index], input_tokens=max(1, prompts[which].tokens))
         found = self._residence(prompts, bins, running_first, rng)
-        if found is None:
-            return out
-        residence, bucket_of = found
-        return _paired_outputs(out, paired, residence[chosen], bucket_of[chosen])
+        if found is not None:
+            residence, bucket_of = found
+            out = _paired_outputs(out, paired, residence[chosen], bucket_of[chosen])
+        cached = [0] * len(out)
+        for index, which in zip(paired, chosen, strict=True):
+            cached[index] = prompts[which].cached
+        return conversations_from_hits(out, cached)
 
     def _residence(self, prompts: list[AdmittedPrompt], bins: Sequence[TrafficBin], running_first: int,
                    rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray] | None:

@@ -254,3 +254,24 @@ def test_prompts_that_stay_longer_get_the_longer_outputs():
     assert np.mean(docs) > 3 * np.mean(chat)
     everything = [r.output_tokens for r in picture.requests]
     assert np.mean(everything) == pytest.approx((8 * 100 + 2 * 1000) / 10, rel=0.25)  # the histograms' mean
+
+
+def test_prefix_hits_without_request_logs_become_conversations():
+    """Two sessions' turns interleaved; each later turn's matched prefix is its previous turn whole. From prompts
+    and hits alone the picture chains the turns, gives each previous turn the output that closes the gap, and
+    leaves a hit on a short system prompt a shared prefix."""
+    from advisor.estimate.traffic import conversations_from_hits
+    from advisor.scheduler.types import RequestSpec
+
+    turns = [  # (time, prompt, matched prefix)
+        (0.0, 1000, 0), (1.0, 5000, 0), (10.0, 1500, 1200), (12.0, 5600, 5300), (20.0, 2000, 1800),
+        (21.0, 700, 64),
+    ]
+    requests = [RequestSpec(t, p, 100, UNSET_MAX_NEW_TOKENS) for t, p, _ in turns]
+    out = conversations_from_hits(requests, [c for _, _, c in turns])
+    assert [r.output_tokens for r in out[:4]] == [201, 301, 301, 100]  # 1000 + 201 - 1 = 1200, ...
+    assert out[0].prefix_group == out[2].prefix_group == out[4].prefix_group is not None
+    assert out[1].prefix_group == out[3].prefix_group != out[0].prefix_group
+    assert out[2].extends_prefix and out[2].prefix_tokens == 1200 and out[4].prefix_tokens == 1800
+    assert out[5].prefix_group == "shared-64" and not out[5].extends_prefix
+    assert conversations_from_hits(requests, [0] * len(requests)) == requests
