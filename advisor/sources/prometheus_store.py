@@ -11,7 +11,7 @@ import re
 import ssl
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from advisor.errors import InputError, LimitExceeded
 from advisor.scrub import FIELD_CHARS, NAME_CHARS, redact_url, scrub_text
@@ -51,9 +51,9 @@ def selector_matchers(selector: str | None) -> str:
     return inner
 
 
-@dataclass(frozen=True)
-class PromSeries:
-    """One result series: its labels and its samples [(unix seconds, value)] (one sample for an instant query)."""
+class PromSeries(NamedTuple):
+    """One result series: its labels and its samples [(unix seconds, value)] (one sample for an instant query).
+    (A named tuple: a fleet's answer makes a million of them.)"""
 
     labels: dict[str, str]
     samples: list[tuple[float, float]]
@@ -281,10 +281,18 @@ def _series_of(data: Any, max_series: int = DEFAULT_STORE_MAX_SERIES) -> tuple[l
     # Each decoded row is dropped as soon as it is read, so a fleet's answer (a million rows) is never held
     # twice over, as JSON objects and as series.
     result.reverse()
+    isfinite = math.isfinite
     while result:
         item = result.pop()
-        pairs = [item["value"]] if kind == "vector" else item["values"]
-        samples, dropped = _finite_samples(pairs)
+        if kind == "vector":  # one sample: read it here (the common case of a fleet's every cycle)
+            t, v = item["value"]
+            when, value = float(t), float(v)
+            if isfinite(when) and isfinite(value):
+                series.append(PromSeries(_labels(item["metric"], scrubbed), [(when, value)]))
+            else:
+                skipped += 1
+            continue
+        samples, dropped = _finite_samples(item["values"])
         skipped += dropped
         if samples:
             series.append(PromSeries(_labels(item["metric"], scrubbed), samples))
