@@ -117,7 +117,7 @@ class _Sample:
         self.model_name: str | None = None
 
 
-_MISSING = object()
+_MISSING: Any = object()
 # Where a row's values go, by (query kind, family, dp_rank, le): a fleet's million rows a cycle share a few
 # hundred of these, so each is worked out once (and a histogram's bounds are the same float objects in every
 # server's observation).
