@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from advisor.model.serving import ServingConfig, slots_per_request
+from advisor.scrub import NAME_CHARS, scrub_text
 from advisor.sources.metrics import (
     HISTOGRAM_FAMILIES as PARSED_HISTOGRAMS,
 )
@@ -123,6 +124,7 @@ _MISSING: Any = object()
 # server's observation).
 _SLOTS: dict[tuple[str, str, str | None, str | None], tuple[int, Any, Any, bool] | None] = {}
 _MAX_SLOTS = 4096
+_SLOT_LABELS = ("__name__", "dp_rank", "le")  # all `_slot` reads of a row
 # Histogram bound tuples, one object per distinct layout (every server of a fleet usually shares one or two).
 _BOUNDS: dict[tuple[float, ...], tuple[float, ...]] = {}
 
@@ -144,9 +146,10 @@ class FleetFrame:
         self.values_added = 0
         self._server_by_values: dict[tuple[str, ...], str | None] = {}
 
-    def server_of(self, labels: Mapping[str, str]) -> str | None:
-        """The server a row belongs to, or None when it names none or belongs to another shard."""
-        values = [labels.get(name, "") for name in self.server_labels]
+    def server_of(self, labels: Mapping[str, Any]) -> str | None:
+        """The server a row belongs to, or None when it names none or belongs to another shard (its label
+        values scrubbed here: rows may come as the store sent them)."""
+        values = [scrub_text(labels.get(name, ""), NAME_CHARS) for name in self.server_labels]
         if not any(values):
             return None
         name = "/".join(values)
@@ -157,13 +160,15 @@ class FleetFrame:
         if self.shard is not None and shard_of(values, self.shard[1]) != self.shard[0]:
             self.other_shards.add(name)
             return None
-        self.server_label_values[name] = {k: labels.get(k, "") for k in self.server_labels}
+        self.server_label_values[name] = dict(zip(self.server_labels, values, strict=True))
         return name
 
-    def add(self, query: FleetQuery, rows: Iterable[tuple[Mapping[str, str], Sequence[tuple[float, float]]]]) -> None:
-        """Rows as (labels, [(unix seconds, value)]) from one query of `fleet_queries`. Each row is resolved to
-        its server and slot once (both looked up, not worked out, after their first row); its points (one for
-        an instant query, many for a range) then only store values."""
+    def add(self, query: FleetQuery, rows: Iterable[tuple[Mapping[str, Any], Sequence[tuple[float, float]]]]) -> None:
+        """Rows as (labels, [(unix seconds, value)]) from one query of `fleet_queries`, the labels scrubbed or
+        as the store sent them (what is kept of them is scrubbed here). Each row is resolved to its server and
+        slot once (both looked up, not worked out, after their first row); its points (one for an instant
+        query, many for a range) then only store values. A label value that is not a string or number (a
+        malformed answer) raises TypeError."""
         kind = query.kind
         server_labels = self.server_labels
         by_values = self._server_by_values
@@ -179,7 +184,7 @@ class FleetFrame:
                 key = (kind, labels.get("__name__", ""), labels.get("dp_rank"), labels.get("le"))
                 slot = _SLOTS.get(key, _MISSING)
                 if slot is _MISSING:
-                    slot = _slot(kind, labels)
+                    slot = _slot(kind, {k: scrub_text(labels[k], NAME_CHARS) for k in _SLOT_LABELS if k in labels})
                     if len(_SLOTS) >= _MAX_SLOTS:
                         _SLOTS.clear()
                     _SLOTS[key] = slot
@@ -191,6 +196,8 @@ class FleetFrame:
                 continue
             index, outer, inner, accumulate = slot
             model_name = labels.get("model_name") if index == _Sample.COUNTER else None
+            if model_name:
+                model_name = scrub_text(model_name, NAME_CHARS)
             per_time = samples.get(server)
             if per_time is None:
                 per_time = samples[server] = {}
@@ -213,8 +220,8 @@ class FleetFrame:
                 added += 1
         self.values_added += added
 
-    def _in_other_shard(self, labels: Mapping[str, str]) -> bool:
-        return "/".join(labels.get(name, "") for name in self.server_labels) in self.other_shards
+    def _in_other_shard(self, labels: Mapping[str, Any]) -> bool:
+        return "/".join(scrub_text(labels.get(name, ""), NAME_CHARS) for name in self.server_labels) in self.other_shards
 
     def servers(self) -> list[str]:
         return sorted(self.samples)

@@ -38,7 +38,7 @@ class MetricsLimits:
 DEFAULT_LIMITS = MetricsLimits()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RankMetrics:
     """One DP rank's pool state, read from its stats-logging scheduler (tp_rank 0 within the DP rank).
 
@@ -82,7 +82,7 @@ class RankMetrics:
     graph_memory_gb: float | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Histogram:
     """A Prometheus histogram: cumulative counts per upper bound (the last bound is +Inf)."""
 
@@ -101,7 +101,7 @@ class Histogram:
         return tuple(out)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class MetricsObservation:
     """What one scrape of `/metrics` says. Counters are lifetime totals (see `advisor.estimate.deltas`)."""
 
