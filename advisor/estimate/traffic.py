@@ -17,7 +17,9 @@ SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION for its reservation.
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
+import operator
 from array import array
 from collections import deque
 from collections.abc import Sequence
@@ -82,9 +84,16 @@ def _shared_bounds(bounds: Sequence[float]) -> tuple[float, ...]:
 
 
 def _counts(counts: Sequence[float]) -> array:
-    if isinstance(counts, array) and counts.typecode == "d" and min(counts, default=0.0) >= 0:
-        return counts
-    return array("d", (max(0.0, float(c)) for c in counts))
+    """Counts as a packed array of doubles, a negative or NaN count read as 0."""
+    packed = counts if isinstance(counts, array) and counts.typecode == "d" else None
+    if packed is None:
+        try:
+            packed = array("d", counts)
+        except TypeError:  # not all floats (ints, numpy scalars): one by one
+            packed = array("d", (float(c) for c in counts))
+    if all(map(operator.le, itertools.repeat(0.0), packed)):  # 0 <= c: False for a negative or NaN one
+        return packed
+    return array("d", (max(0.0, c) for c in packed))
 
 
 @dataclass(slots=True)

@@ -8,6 +8,7 @@ Reads only the `sglang:` families the advisor needs and skips every other line a
 from __future__ import annotations
 
 import math
+import operator
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -93,12 +94,8 @@ class Histogram:
 
     def bucket_counts(self) -> tuple[float, ...]:
         """Non-cumulative count per bucket (observations in (previous bound, this bound])."""
-        out = []
-        previous = 0.0
-        for value in self.cumulative_counts:
-            out.append(value - previous)
-            previous = value
-        return tuple(out)
+        counts = self.cumulative_counts
+        return tuple(map(operator.sub, counts, (0.0, *counts[:-1])))
 
 
 @dataclass(frozen=True, slots=True)
