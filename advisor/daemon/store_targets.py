@@ -25,7 +25,6 @@ from typing import Any
 from advisor.config import AdvisorConfig, TargetConfig
 from advisor.daemon.pipeline import InfoAnswer, LogReading, ReplayBudget, ServerPipeline, ServerResult
 from advisor.daemon.targets import DirectSource, StandInSource
-from advisor.scrub import scrub_text
 from advisor.sources.fleet_queries import (
     FleetFrame,
     fleet_queries,
@@ -237,16 +236,13 @@ class StoreFleet:
                 received = pending.result()
                 if index + 1 < len(self.queries):
                     pending = ahead.submit(send, self.queries[index + 1].expr)
-                # Labels as the store sent them: the frame scrubs the few it keeps (server and model names).
-                result = self.client.read(received, scrub_labels=False)
+                # Rows go into the frame as they are decoded, their labels as the store sent them (the frame
+                # scrubs the few it keeps: server and model names); a label value that is no string fails
+                # the answer as malformed.
+                result = self.client.read(received, scrub_labels=False, take=partial(frame.add, query))
                 del received
                 if not result.ok:
-                    return frame, result.error or "store query failed"
-                try:
-                    frame.add(query, result.series)
-                except (TypeError, ValueError) as exc:  # a label value that is no string (a malformed answer)
-                    return self._empty_frame(), f"malformed result ({type(exc).__name__}: {scrub_text(str(exc), 120)})"
-                del result  # read into the frame: not held while the next answer is decoded
+                    return self._empty_frame(), result.error or "store query failed"
                 cap = self.store.max_servers_per_store
                 if too_many_servers(len(frame.samples), cap):  # each server would get its own pipeline: refuse, counted
                     return self._empty_frame(), too_many_servers(len(frame.samples), cap)

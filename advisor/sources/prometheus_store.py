@@ -10,6 +10,7 @@ import math
 import re
 import ssl
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, NamedTuple
@@ -187,11 +188,14 @@ class PrometheusClient:
         self.queries_sent += 1
         return self._http.receive_form_json(f"{self.base_url}/api/v1/{endpoint}", params)
 
-    def read(self, received: Received, *, scrub_labels: bool = True) -> QueryResult:
+    def read(self, received: Received, *, scrub_labels: bool = True,
+             take: Callable[[Iterator[Row]], None] | None = None) -> QueryResult:
         """A sent query's answer decoded into series (or its failure, one line). `scrub_labels=False` leaves
         each series' labels as the store sent them (an object, its values not yet scrubbed nor known to be
         strings): for a caller that scrubs the few it keeps, a fleet's million rows a cycle being mostly
-        looked up and dropped (`advisor.sources.fleet_queries.FleetFrame`)."""
+        looked up and dropped (`advisor.sources.fleet_queries.FleetFrame`). With `take`, the series are
+        handed to it as they are decoded, (labels, samples) one at a time, and not kept (the result's
+        `series` is empty): `take` raising TypeError or ValueError on a row fails the result as malformed."""
         shown, started = received.url, received.started
 
         def failed(message: str) -> QueryResult:
@@ -210,12 +214,19 @@ class PrometheusClient:
         if body.get("status") != "success":
             kind = body.get("errorType") or f"HTTP {result.status}"
             return failed(f"{kind}: {body.get('error') or 'no error message'}")
+        found = [0]
         try:
-            series, skipped = _series_of(body.get("data"), self.max_series, scrub_labels=scrub_labels)
+            rows = _rows(body.get("data"), self.max_series, scrub_labels, found)
+            if take is None:
+                series = [PromSeries(labels, samples) for labels, samples in rows]
+            else:
+                series = []
+                take(rows)
         except LimitExceeded as exc:
             return failed(str(exc))
         except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
             return failed(f"malformed result ({type(exc).__name__}: {exc})")
+        skipped = found[0]
         self.skipped_samples += skipped
         raw_warnings = body.get("warnings") or ()
         warnings = tuple(scrub_text(w, 200) for w in (raw_warnings if isinstance(raw_warnings, list) else [])[:10])
@@ -282,11 +293,23 @@ def _finite_samples(pairs: Any) -> tuple[list[tuple[float, float]], int]:
     return samples, skipped
 
 
+Row = tuple[Any, list[tuple[float, float]]]  # (labels, [(unix seconds, value)]) of one series
+
+
 def _series_of(data: Any, max_series: int = DEFAULT_STORE_MAX_SERIES, *,
                scrub_labels: bool = True) -> tuple[list[PromSeries], int]:
     """The API's `data` ({resultType, result}) as series, and the count of non-finite samples left out (a
     series left with none is dropped); scalars become one label-less series. More than `max_series` series
     is a LimitExceeded naming the cap."""
+    skipped = [0]
+    series = [PromSeries(labels, samples) for labels, samples in _rows(data, max_series, scrub_labels, skipped)]
+    return series, skipped[0]
+
+
+def _rows(data: Any, max_series: int, scrub_labels: bool, skipped: list[int]) -> Iterator[Row]:
+    """`_series_of`'s rows, one at a time as they are read (`skipped[0]` counts the non-finite samples left
+    out). Each decoded row is dropped from `data` as it is read, so a fleet's answer (a million rows) is never
+    held twice over, as JSON objects and as series."""
     kind = data["resultType"]
     result = data["result"]
     if kind == "scalar":
@@ -298,11 +321,7 @@ def _series_of(data: Any, max_series: int = DEFAULT_STORE_MAX_SERIES, *,
         raise TypeError("result is not a list")
     if len(result) > max_series:
         raise LimitExceeded(_too_many_series(len(result), max_series))
-    series: list[PromSeries] = []
-    skipped = 0
     scrubbed: dict[Any, str] = {}
-    # Each decoded row is dropped as soon as it is read, so a fleet's answer (a million rows) is never held
-    # twice over, as JSON objects and as series.
     result.reverse()
     isfinite = math.isfinite
     labels_of = partial(_labels, scrubbed=scrubbed) if scrub_labels else _label_object
@@ -312,15 +331,14 @@ def _series_of(data: Any, max_series: int = DEFAULT_STORE_MAX_SERIES, *,
             t, v = item["value"]
             when, value = float(t), float(v)
             if isfinite(when) and isfinite(value):
-                series.append(PromSeries(labels_of(item["metric"]), [(when, value)]))
+                yield labels_of(item["metric"]), [(when, value)]
             else:
-                skipped += 1
+                skipped[0] += 1
             continue
         samples, dropped = _finite_samples(item["values"])
-        skipped += dropped
+        skipped[0] += dropped
         if samples:
-            series.append(PromSeries(labels_of(item["metric"]), samples))
-    return series, skipped
+            yield labels_of(item["metric"]), samples
 
 
 __all__ = ["MAX_SERVERS_PER_STORE", "PromSeries", "store_answer_caps", "PrometheusClient", "QueryResult", "StoreAuth", "parse_duration", "selector_matchers", "too_many_servers"]

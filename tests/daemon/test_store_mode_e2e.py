@@ -11,6 +11,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support import TESTS
@@ -278,11 +279,24 @@ def record_range_queries(advisor: Advisor) -> list[tuple[float, float, int]]:
         sent[id(received)] = (start, end)
         return received
 
-    def recorded_read(received: Received, **options: bool) -> QueryResult:
+    def recorded_read(received: Received, **options: Any) -> QueryResult:
         asked_range = sent.pop(id(received), None)
+        counted = [0]
+        take = options.get("take")
+        if take is not None:  # the series go to `take` as they are decoded: count them on their way
+
+            def counting(rows: Iterator[tuple[Any, list[tuple[float, float]]]]) -> None:
+                def each() -> Iterator[tuple[Any, list[tuple[float, float]]]]:
+                    for labels, samples in rows:
+                        counted[0] += len(samples)
+                        yield labels, samples
+
+                take(each())
+
+            options["take"] = counting
         result = read(received, **options)
         if asked_range is not None:
-            asked.append((*asked_range, sum(len(series.samples) for series in result.series)))
+            asked.append((*asked_range, counted[0] + sum(len(series.samples) for series in result.series)))
         return result
 
     store_fleet.client.send_query_range = recorded_send  # type: ignore[method-assign]
