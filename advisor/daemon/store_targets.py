@@ -50,6 +50,8 @@ log = logging.getLogger("pool_advisor")
 # servers x 6 h: 57 s at 400,000, 38 s at 1,200,000, whose peak RSS is 380 MB).
 REPLAY_SAMPLES_PER_QUERY = 1_200_000
 MAX_POINTS_PER_SERIES = 11_000
+# The order the fixed queries are sent in, by kind (`_frame`).
+SEND_ORDER = {"counter": 0, "histogram": 1, "rank": 2}
 # /server_info requests in flight at once when many servers are due together (start, every server_info_every).
 SERVER_INFO_WORKERS = 32
 
@@ -229,13 +231,16 @@ class StoreFleet:
         received, undecoded) on a helper thread one query ahead: the store works out the next answer while
         this thread decodes the last one, and at most one undecoded answer waits beside it."""
         frame = self._empty_frame()
+        # The small counters answer first (the store's work on it cannot overlap ours) and the rank gauges
+        # last (nor can our decoding of it): the two large histogram answers overlap both ways.
+        queries = sorted(self.queries, key=lambda query: SEND_ORDER.get(query.kind, len(SEND_ORDER)))
         ahead = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-ahead")
         try:
-            pending = ahead.submit(send, self.queries[0].expr)
-            for index, query in enumerate(self.queries):
+            pending = ahead.submit(send, queries[0].expr)
+            for index, query in enumerate(queries):
                 received = pending.result()
-                if index + 1 < len(self.queries):
-                    pending = ahead.submit(send, self.queries[index + 1].expr)
+                if index + 1 < len(queries):
+                    pending = ahead.submit(send, queries[index + 1].expr)
                 # Rows go into the frame as they are decoded, their labels as the store sent them (the frame
                 # scrubs the few it keeps: server and model names); a label value that is no string fails
                 # the answer as malformed.
