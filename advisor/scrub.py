@@ -56,11 +56,29 @@ def _secret_pair(match: re.Match[str]) -> str:
         return match.group(1) + match.group(2) + REDACTED
 
 
+# Results of `scrub_text` without named secrets, for short strings: a fleet's statuses repeat the same
+# server names, info values and reasons every cycle (a pure function of its input, so a cache changes nothing).
+_PLAIN: dict[tuple[str, int], str] = {}
+_PLAIN_MAX_ENTRIES = 1 << 15
+_PLAIN_MAX_CHARS = 160
+
+
 def scrub_text(value: Any, limit: int = FIELD_CHARS, secrets: Iterable[str] = ()) -> str:
     """Outside text fit for any output: at most `limit` characters on one line, secrets replaced before the
     cut. Only a bounded window of a huge input is looked at (a 5 MB field costs no more than a short one)."""
     text = value if isinstance(value, str) else str(value)
-    known = [s for s in secrets if s]
+    if not secrets and len(text) <= _PLAIN_MAX_CHARS:
+        key = (text, limit)
+        found = _PLAIN.get(key)
+        if found is None:
+            if len(_PLAIN) >= _PLAIN_MAX_ENTRIES:
+                _PLAIN.clear()
+            found = _PLAIN[key] = _scrub_text(text, limit, [])
+        return found
+    return _scrub_text(text, limit, [s for s in secrets if s])
+
+
+def _scrub_text(text: str, limit: int, known: list[str]) -> str:
     window = limit * 4 + max((len(s) for s in known), default=0) + 64
     clipped = len(text) > window
     text = redact_secrets(text[:window], known)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 from support import METRICS, LoopbackServer
@@ -44,7 +45,8 @@ def evaluate(expr: str, samples: Iterable[Sample]) -> list[tuple[dict[str, str],
 
 class FakeStore(LoopbackServer):
     """`servers` maps an instance name to its samples (the same at every time); `mode` is "ok", "hang" (no
-    answer until the store closes) or "error" (HTTP 503)."""
+    answer until the store closes), "error" (HTTP 503) or "list_labels" (a well-formed answer whose label
+    values are lists, not strings)."""
 
     def __init__(self, servers: dict[str, list[Sample]]) -> None:
         self.servers = servers
@@ -58,7 +60,9 @@ class FakeStore(LoopbackServer):
             return 503, json.dumps({"status": "error", "errorType": "unavailable", "error": "store down"}).encode()
         samples = [(name, {**labels, "instance": instance}, value)
                    for instance, held in self.servers.items() for name, labels, value in held]
-        rows = evaluate(form.get("query", ""), samples)
+        rows: list[tuple[dict[str, Any], float]] = list(evaluate(form.get("query", ""), samples))
+        if self.mode == "list_labels":
+            rows = [({k: [v] for k, v in labels.items()}, value) for labels, value in rows]
         if path.endswith("/query_range"):
             start, end, step = float(form["start"]), float(form["end"]), float(form["step"])
             times = [start + k * step for k in range(int((end - start) // step) + 1)]

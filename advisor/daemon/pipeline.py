@@ -304,7 +304,7 @@ class ServerPipeline:
         report.step_seconds["target"] = seconds
         self.history.append(history_point(status.recommendation, now))
         try:
-            weights: tuple[float, ...] | None = tuple(float(w) for w in self.estimator.request_context.weights)
+            weights: tuple[float, ...] | None = tuple(self.estimator.request_context.weights.tolist())
         except Exception:  # page data is optional: never let it cost the cycle
             weights = None
         view = ServerView(status=status, model=model, context_weights=weights, history=tuple(self.history))

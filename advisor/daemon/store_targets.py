@@ -32,10 +32,10 @@ from advisor.sources.fleet_queries import (
     server_info_from_gauges,
     shard_of,
 )
+from advisor.sources.http import Received
 from advisor.sources.metrics import MetricsObservation
 from advisor.sources.prometheus_store import (
     PrometheusClient,
-    QueryResult,
     store_answer_caps,
     too_many_servers,
 )
@@ -50,6 +50,8 @@ log = logging.getLogger("pool_advisor")
 # servers x 6 h: 57 s at 400,000, 38 s at 1,200,000, whose peak RSS is 380 MB).
 REPLAY_SAMPLES_PER_QUERY = 1_200_000
 MAX_POINTS_PER_SERIES = 11_000
+# The order the fixed queries are sent in, by kind (`_frame`).
+SEND_ORDER = {"counter": 0, "histogram": 1, "rank": 2}
 # /server_info requests in flight at once when many servers are due together (start, every server_info_every).
 SERVER_INFO_WORKERS = 32
 
@@ -224,18 +226,34 @@ class StoreFleet:
         del self.sources[name]
         self.labels.pop(name, None)
 
-    def _frame(self, run: Callable[[str], QueryResult]) -> tuple[FleetFrame, str | None]:
+    def _frame(self, send: Callable[[str], Received]) -> tuple[FleetFrame, str | None]:
+        """The fixed queries' answers read into one frame, in order. Each query is sent (and its answer
+        received, undecoded) on a helper thread one query ahead: the store works out the next answer while
+        this thread decodes the last one, and at most one undecoded answer waits beside it."""
         frame = self._empty_frame()
-        for query in self.queries:
-            result = run(query.expr)
-            if not result.ok:
-                return frame, result.error or "store query failed"
-            frame.add(query, ((s.labels, s.samples) for s in result.series))
-            del result  # read into the frame: not held while the next answer is decoded
-            cap = self.store.max_servers_per_store
-            if too_many_servers(len(frame.samples), cap):  # each server would get its own pipeline: refuse, counted
-                return self._empty_frame(), too_many_servers(len(frame.samples), cap)
-        return frame, None
+        # The small counters answer first (the store's work on it cannot overlap ours) and the rank gauges
+        # last (nor can our decoding of it): the two large histogram answers overlap both ways.
+        queries = sorted(self.queries, key=lambda query: SEND_ORDER.get(query.kind, len(SEND_ORDER)))
+        ahead = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-ahead")
+        try:
+            pending = ahead.submit(send, queries[0].expr)
+            for index, query in enumerate(queries):
+                received = pending.result()
+                if index + 1 < len(queries):
+                    pending = ahead.submit(send, queries[index + 1].expr)
+                # Rows go into the frame as they are decoded, their labels as the store sent them (the frame
+                # scrubs the few it keeps: server and model names); a label value that is no string fails
+                # the answer as malformed.
+                result = self.client.read(received, scrub_labels=False, take=partial(frame.add, query))
+                del received
+                if not result.ok:
+                    return self._empty_frame(), result.error or "store query failed"
+                cap = self.store.max_servers_per_store
+                if too_many_servers(len(frame.samples), cap):  # each server would get its own pipeline: refuse, counted
+                    return self._empty_frame(), too_many_servers(len(frame.samples), cap)
+            return frame, None
+        finally:
+            ahead.shutdown(wait=False)  # a failed frame does not wait for the query already sent
 
     def _empty_frame(self) -> FleetFrame:
         shard = self.store.shard
@@ -294,7 +312,7 @@ class StoreFleet:
             resume_at = max(self.read_until[1], now - (wall_end - since) * scale)
             resume_scale = (now - resume_at) / (wall_end - since)
         # One instant look sizes the range queries: rows now x points per query stays within the budget.
-        probe, error = self._frame(lambda expr: self.client.query(expr, at=wall_end))
+        probe, error = self._frame(lambda expr: self.client.send_query(expr, at=wall_end))
         if error:
             self._store_error(error)
             return 0
@@ -330,8 +348,8 @@ class StoreFleet:
         with ThreadPoolExecutor(max_workers=min(SERVER_INFO_WORKERS, len(due)), thread_name_prefix="server-info") as pool:
             list(pool.map(StoreServerSource.prefetch_server_info, due))
 
-    def _range(self, expr: str, *, start: float, end: float, step: float) -> QueryResult:
-        return self.client.query_range(expr, start, end, step)
+    def _range(self, expr: str, *, start: float, end: float, step: float) -> Received:
+        return self.client.send_query_range(expr, start, end, step)
 
     def _store_error(self, error: str) -> None:
         self.last_error = error
@@ -349,7 +367,7 @@ class StoreFleet:
         if not self.bootstrapped:
             self.bootstrap(now)
         at = self._wall_clock()  # one evaluation time: every query's rows share the server's timestamp
-        frame, error = self._frame(lambda expr: self.client.query(expr, at=at))
+        frame, error = self._frame(lambda expr: self.client.send_query(expr, at=at))
         if error:  # a partial answer would read as vanished families (a restart): use none of it
             self._store_error(error)
             frame = self._empty_frame()

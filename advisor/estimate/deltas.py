@@ -12,7 +12,9 @@ traffic after a genuine restart.
 
 from __future__ import annotations
 
+import itertools
 import math
+import operator
 from dataclasses import dataclass, replace
 
 from advisor.sources.metrics import Histogram, MetricsObservation, RankMetrics
@@ -101,11 +103,10 @@ def _histogram_delta(
     if previous.upper_bounds != current.upper_bounds:
         reasons.append(f"{name} buckets changed")
         return current
-    counts = tuple(
-        now - before
-        for now, before in zip(current.cumulative_counts, previous.cumulative_counts, strict=True)
-    )
-    if current.count < previous.count or any(count < 0 for count in counts):
+    if len(current.cumulative_counts) != len(previous.cumulative_counts):
+        raise ValueError(f"{name}: cumulative counts do not match its buckets")
+    counts = tuple(map(operator.sub, current.cumulative_counts, previous.cumulative_counts))
+    if current.count < previous.count or any(map(operator.lt, counts, itertools.repeat(0.0))):
         reasons.append(f"{name} count went down ({previous.count:g} -> {current.count:g})")
     return Histogram(
         upper_bounds=current.upper_bounds,

@@ -31,6 +31,12 @@ BUCKET_STARTS = _bucket_starts()
 BUCKET_ENDS = np.append(BUCKET_STARTS[1:], np.inf)
 
 
+def bucket_indices(values: np.ndarray) -> np.ndarray:
+    """The bucket of each value (values below the first start go to the first bucket, past the last to the last;
+    a NaN's index is meaningless, and `add_many` leaves it out)."""
+    return np.clip(np.searchsorted(BUCKET_STARTS, values, side="right") - 1, 0, len(BUCKET_STARTS) - 1)
+
+
 class DecayingHistogram:
     def __init__(self, half_life_seconds: float) -> None:
         if not half_life_seconds > 0:
@@ -72,15 +78,18 @@ class DecayingHistogram:
             self.first_sample_time = now
         self.last_sample_time = now if self.last_sample_time is None else max(self.last_sample_time, now)
 
-    def add_many(self, values: np.ndarray, weights: np.ndarray, now: float, samples: float | None = None) -> None:
+    def add_many(self, values: np.ndarray, weights: np.ndarray, now: float, samples: float | None = None,
+                 buckets: np.ndarray | None = None) -> None:
+        """Add `values` with their `weights` (non-positive weights, negative or non-finite values left out);
+        `buckets` may give `bucket_indices(values)` already worked out (histograms fed the same values)."""
         values = np.asarray(values, dtype=float)
         weights = np.asarray(weights, dtype=float)
         keep = (weights > 0) & np.isfinite(values) & (values >= 0)
         if not keep.any():
             return
+        index = (bucket_indices(values) if buckets is None else buckets)[keep]
         values, weights = values[keep], weights[keep]
         factor = self._factor(now)
-        index = np.clip(np.searchsorted(BUCKET_STARTS, values, side="right") - 1, 0, len(BUCKET_STARTS) - 1)
         self.weights += np.bincount(index, weights=weights * factor, minlength=len(self.weights))
         self.weighted_sum += float(np.sum(values * weights)) * factor
         self.sample_count += float(len(values) if samples is None else samples)
@@ -99,14 +108,21 @@ class DecayingHistogram:
         return None if total <= EPSILON_WEIGHT else self.weighted_sum / total
 
     def percentile(self, fraction: float) -> float | None:
+        return self.percentiles((fraction,))[0]
+
+    def percentiles(self, fractions: tuple[float, ...]) -> list[float | None]:
+        """`percentile` of each fraction, the cumulative weights summed once."""
         total = float(self.weights.sum())
         if total <= EPSILON_WEIGHT:
-            return None
+            return [None] * len(fractions)
         cumulative = np.cumsum(self.weights)
-        index = int(np.searchsorted(cumulative, fraction * total - 1e-12 * total, side="left"))
-        index = min(index, len(BUCKET_STARTS) - 1)
-        end = BUCKET_ENDS[index]
-        return float(BUCKET_STARTS[index] if math.isinf(end) else end)
+        found: list[float | None] = []
+        for fraction in fractions:
+            index = int(np.searchsorted(cumulative, fraction * total - 1e-12 * total, side="left"))
+            index = min(index, len(BUCKET_STARTS) - 1)
+            end = BUCKET_ENDS[index]
+            found.append(float(BUCKET_STARTS[index] if math.isinf(end) else end))
+        return found
 
     def to_dict(self) -> dict[str, Any]:
         nonzero = np.nonzero(self.weights > EPSILON_WEIGHT * max(1.0, float(self.weights.max(initial=0.0))))[0]

@@ -17,7 +17,10 @@ SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION for its reservation.
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
+import operator
+from array import array
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -64,27 +67,76 @@ class TrafficSettings:
             raise ValueError("exact_min_requests must be >= 2 and exact_min_seconds >= 0")
 
 
-@dataclass
+# Bucket-bound tuples, one object per distinct layout: every bin of every server usually has the same bounds.
+_SHARED_BOUNDS: dict[tuple[float, ...], tuple[float, ...]] = {}
+
+
+def _shared_bounds(bounds: Sequence[float]) -> tuple[float, ...]:
+    if isinstance(bounds, tuple) and (found := _SHARED_BOUNDS.get(bounds)) is not None:
+        return found
+    key = tuple(float(b) for b in bounds)
+    shared = _SHARED_BOUNDS.get(key)
+    if shared is None:
+        if len(_SHARED_BOUNDS) >= 256:
+            _SHARED_BOUNDS.clear()
+        shared = _SHARED_BOUNDS[key] = key
+    return shared
+
+
+def _counts(counts: Sequence[float]) -> array:
+    """Counts as a packed array of doubles, a negative or NaN count read as 0."""
+    packed = counts if isinstance(counts, array) and counts.typecode == "d" else None
+    if packed is None:
+        try:
+            packed = array("d", counts)
+        except TypeError:  # not all floats (ints, numpy scalars): one by one
+            packed = array("d", (float(c) for c in counts))
+    if all(map(operator.le, itertools.repeat(0.0), packed)):  # 0 <= c: False for a negative or NaN one
+        return packed
+    return array("d", (max(0.0, c) for c in packed))
+
+
+@dataclass(slots=True)
 class TrafficBin:
-    """One scrape interval: arrivals and the interval's length marginals (bucket counts, not cumulative)."""
+    """One scrape interval: arrivals and the interval's length marginals (bucket counts, not cumulative).
+    Compact, since a server keeps up to `max_bins` of them: bounds are one shared tuple per layout, counts a
+    packed array of doubles (negative counts read as 0)."""
 
     start: float
     end: float
     arrivals: float
     in_system_at_start: float
-    prompt_bounds: list[float] = field(default_factory=list)
-    prompt_counts: list[float] = field(default_factory=list)
+    prompt_bounds: tuple[float, ...] = ()
+    prompt_counts: array = field(default_factory=lambda: array("d"))
     prompt_sum: float = 0.0
-    generation_bounds: list[float] = field(default_factory=list)
-    generation_counts: list[float] = field(default_factory=list)
+    generation_bounds: tuple[float, ...] = ()
+    generation_counts: array = field(default_factory=lambda: array("d"))
     generation_sum: float = 0.0
     queued_at_start: float | None = None  # of in_system_at_start, those still waiting (not yet admitted)
     # The prefill batches the scheduler ran in the interval, in order: [#new-seq, #new-token, #cached-token]
     admissions: list[list[int]] = field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        self.prompt_bounds = _shared_bounds(self.prompt_bounds)
+        self.generation_bounds = _shared_bounds(self.generation_bounds)
+        self.prompt_counts = _counts(self.prompt_counts)
+        self.generation_counts = _counts(self.generation_counts)
+
     @property
     def finished(self) -> float:
         return float(sum(self.prompt_counts))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "start": self.start, "end": self.end, "arrivals": self.arrivals,
+            "in_system_at_start": self.in_system_at_start,
+            "prompt_bounds": list(self.prompt_bounds), "prompt_counts": list(self.prompt_counts),
+            "prompt_sum": self.prompt_sum,
+            "generation_bounds": list(self.generation_bounds), "generation_counts": list(self.generation_counts),
+            "generation_sum": self.generation_sum,
+            "queued_at_start": self.queued_at_start,
+            "admissions": [list(batch) for batch in self.admissions],
+        }
 
 
 @dataclass(frozen=True)
@@ -327,10 +379,9 @@ class TrafficEstimator:
         self.bins.append(TrafficBin(
             start=now - seconds, end=now, arrivals=arrivals, in_system_at_start=previous,
             queued_at_start=previous_queued, admissions=admissions,
-            prompt_bounds=[float(b) for b in prompt_bounds], prompt_counts=[max(0.0, float(c)) for c in prompt_counts],
+            prompt_bounds=_shared_bounds(prompt_bounds), prompt_counts=_counts(prompt_counts),
             prompt_sum=max(0.0, float(prompt_sum)),
-            generation_bounds=[float(b) for b in generation_bounds],
-            generation_counts=[max(0.0, float(c)) for c in generation_counts],
+            generation_bounds=_shared_bounds(generation_bounds), generation_counts=_counts(generation_counts),
             generation_sum=max(0.0, float(generation_sum)),
         ))
         horizon = now - self.settings.window_seconds
@@ -560,7 +611,7 @@ class TrafficEstimator:
         return {
             "version": CHECKPOINT_VERSION,
             "settings": asdict(self.settings),
-            "bins": [asdict(b) for b in self.bins],
+            "bins": [b.to_dict() for b in self.bins],
             "exact": [[r.arrival, r.input_tokens, r.output_tokens, r.max_new_tokens, r.finish, r.cached_tokens]
                       for r in self.exact],
             "last_in_system": self.last_in_system,

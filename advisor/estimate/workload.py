@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from advisor.estimate.histogram import DecayingHistogram, DecayingMoments
+from advisor.estimate.histogram import DecayingHistogram, DecayingMoments, bucket_indices
 from advisor.estimate.summary import WorkloadSummary
 from advisor.sources.metrics import Histogram
 
@@ -196,8 +196,9 @@ class WorkloadEstimator:
         context = inputs + outputs
         residence = np.maximum(outputs, 1.0) * weights
         count = float(weights.sum())
-        self.request_context.add_many(context, weights, now, samples=count)
-        self.resident_context.add_many(context, residence, now, samples=count)
+        buckets = bucket_indices(context)  # both histograms take the same lengths
+        self.request_context.add_many(context, weights, now, samples=count, buckets=buckets)
+        self.resident_context.add_many(context, residence, now, samples=count, buckets=buckets)
         self.requests_total += count
         self.window_requests += count
         self.window_context_residence += float(np.dot(context, residence))
@@ -268,11 +269,12 @@ class WorkloadEstimator:
 
     def summary(self, now: float) -> WorkloadSummary:
         history = 0.0 if self.first_time is None else max(0.0, now - self.first_time)
+        p50, p90, p99 = self.request_context.percentiles((0.5, 0.9, 0.99))
         return WorkloadSummary(
             context_length_mean=self.request_context.mean(),
-            context_length_p50=self.request_context.percentile(0.5),
-            context_length_p90=self.request_context.percentile(0.9),
-            context_length_p99=self.request_context.percentile(0.99),
+            context_length_p50=p50,
+            context_length_p90=p90,
+            context_length_p99=p99,
             live_context_mean=self.live_context.mean(),
             effective_context_length=self.effective_context_length(),
             spikiness=self.spikiness(),

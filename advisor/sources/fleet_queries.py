@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from advisor.model.serving import ServingConfig, slots_per_request
+from advisor.scrub import NAME_CHARS, scrub_text
 from advisor.sources.metrics import (
     HISTOGRAM_FAMILIES as PARSED_HISTOGRAMS,
 )
@@ -111,10 +112,21 @@ class _Sample:
     RANK, COUNTER, BUCKET, SUM, COUNT = range(5)
 
     def __init__(self) -> None:
-        # rank: (dp_rank, field) -> value; counter: field -> sum; bucket: (histogram, le) -> value;
+        # rank: (dp_rank, field) -> value; counter: field -> sum; bucket: histogram -> {le: value};
         # sum/count: histogram -> value
-        self.maps: tuple[dict[Any, float], ...] = ({}, {}, {}, {}, {})
+        self.maps: tuple[dict[Any, Any], ...] = ({}, {}, {}, {}, {})
         self.model_name: str | None = None
+
+
+_MISSING: Any = object()
+# Where a row's values go, by (query kind, family, dp_rank, le): a fleet's million rows a cycle share a few
+# hundred of these, so each is worked out once (and a histogram's bounds are the same float objects in every
+# server's observation).
+_SLOTS: dict[tuple[str, str, str | None, str | None], tuple[int, Any, Any, bool] | None] = {}
+_MAX_SLOTS = 4096
+_SLOT_LABELS = ("__name__", "dp_rank", "le")  # all `_slot` reads of a row
+# Histogram bound tuples, one object per distinct layout (every server of a fleet usually shares one or two).
+_BOUNDS: dict[tuple[float, ...], tuple[float, ...]] = {}
 
 
 class FleetFrame:
@@ -132,10 +144,12 @@ class FleetFrame:
         self.skipped_rows = 0
         self.other_shard_rows = 0
         self.values_added = 0
+        self._server_by_values: dict[tuple[str, ...], str | None] = {}
 
-    def server_of(self, labels: Mapping[str, str]) -> str | None:
-        """The server a row belongs to, or None when it names none or belongs to another shard."""
-        values = [labels.get(name, "") for name in self.server_labels]
+    def server_of(self, labels: Mapping[str, Any]) -> str | None:
+        """The server a row belongs to, or None when it names none or belongs to another shard (its label
+        values scrubbed here: rows may come as the store sent them)."""
+        values = [scrub_text(labels.get(name, ""), NAME_CHARS) for name in self.server_labels]
         if not any(values):
             return None
         name = "/".join(values)
@@ -146,24 +160,47 @@ class FleetFrame:
         if self.shard is not None and shard_of(values, self.shard[1]) != self.shard[0]:
             self.other_shards.add(name)
             return None
-        self.server_label_values[name] = {k: labels.get(k, "") for k in self.server_labels}
+        self.server_label_values[name] = dict(zip(self.server_labels, values, strict=True))
         return name
 
-    def add(self, query: FleetQuery, rows: Iterable[tuple[Mapping[str, str], Sequence[tuple[float, float]]]]) -> None:
-        """Rows as (labels, [(unix seconds, value)]) from one query of `fleet_queries`. Each row is resolved to
-        its slot once; its points (one for an instant query, many for a range) then only store values."""
+    def add(self, query: FleetQuery, rows: Iterable[tuple[Mapping[str, Any], Sequence[tuple[float, float]]]]) -> None:
+        """Rows as (labels, [(unix seconds, value)]) from one query of `fleet_queries`, the labels scrubbed or
+        as the store sent them (what is kept of them is scrubbed here). Each row is resolved to its server and
+        slot once (both looked up, not worked out, after their first row); its points (one for an instant
+        query, many for a range) then only store values. A label value that is not a string or number (a
+        malformed answer) raises TypeError."""
+        kind = query.kind
+        server_labels = self.server_labels
+        by_values = self._server_by_values
+        samples = self.samples
+        added = 0
         for labels, points in rows:
-            server = self.server_of(labels)
-            slot = _slot(query.kind, labels) if server is not None else None
+            values = tuple([labels.get(name, "") for name in server_labels])
+            server = by_values.get(values, _MISSING)
+            if server is _MISSING:
+                server = by_values[values] = self.server_of(labels)
+            slot = None
+            if server is not None:
+                key = (kind, labels.get("__name__", ""), labels.get("dp_rank"), labels.get("le"))
+                slot = _SLOTS.get(key, _MISSING)
+                if slot is _MISSING:
+                    slot = _slot(kind, {k: scrub_text(labels[k], NAME_CHARS) for k in _SLOT_LABELS if k in labels})
+                    if len(_SLOTS) >= _MAX_SLOTS:
+                        _SLOTS.clear()
+                    _SLOTS[key] = slot
             if server is None or slot is None:
                 if server is None and labels and self._in_other_shard(labels):
                     self.other_shard_rows += 1
                 else:
                     self.skipped_rows += 1
                 continue
-            index, key, accumulate = slot
+            index, outer, inner, accumulate = slot
             model_name = labels.get("model_name") if index == _Sample.COUNTER else None
-            per_time = self.samples.setdefault(server, {})
+            if model_name:
+                model_name = scrub_text(model_name, NAME_CHARS)
+            per_time = samples.get(server)
+            if per_time is None:
+                per_time = samples[server] = {}
             for t, value in points:
                 if value != value:  # NaN: no sample
                     continue
@@ -171,13 +208,20 @@ class FleetFrame:
                 if sample is None:
                     sample = per_time[t] = _Sample()
                 target = sample.maps[index]
-                target[key] = target.get(key, 0.0) + value if accumulate else value
+                if inner is not None:  # a bucket: histogram -> {le: value}
+                    target = target.get(outer) or target.setdefault(outer, {})
+                    target[inner] = value
+                elif accumulate:
+                    target[outer] = target.get(outer, 0.0) + value
+                else:
+                    target[outer] = value
                 if model_name and sample.model_name is None:
                     sample.model_name = model_name
-                self.values_added += 1
+                added += 1
+        self.values_added += added
 
-    def _in_other_shard(self, labels: Mapping[str, str]) -> bool:
-        return "/".join(labels.get(name, "") for name in self.server_labels) in self.other_shards
+    def _in_other_shard(self, labels: Mapping[str, Any]) -> bool:
+        return "/".join(scrub_text(labels.get(name, ""), NAME_CHARS) for name in self.server_labels) in self.other_shards
 
     def servers(self) -> list[str]:
         return sorted(self.samples)
@@ -195,8 +239,9 @@ class FleetFrame:
         return found
 
 
-def _slot(kind: str, labels: Mapping[str, str]) -> tuple[int, Any, bool] | None:
-    """Where a row's values go in a `_Sample`: (map index, key, whether rows add up), or None to skip it."""
+def _slot(kind: str, labels: Mapping[str, str]) -> tuple[int, Any, Any, bool] | None:
+    """Where a row's values go in a `_Sample`: (map index, key, bucket bound or None, whether rows add up),
+    or None to skip it. Reads only the family, `dp_rank` and `le` (the `_SLOTS` key)."""
     family = labels.get("__name__", "")
     if kind == "rank":
         name = RANK_FAMILIES.get(family)
@@ -205,48 +250,61 @@ def _slot(kind: str, labels: Mapping[str, str]) -> tuple[int, Any, bool] | None:
         raw = labels.get("dp_rank")
         if name is None or (raw and not raw.isdigit()):
             return None
-        return _Sample.RANK, (int(raw) if raw else None, name), phased
+        return _Sample.RANK, (int(raw) if raw else None, name), None, phased
     if kind == "counter":
         name = TOKENIZER_COUNTERS.get(family)
-        return None if name is None else (_Sample.COUNTER, name, True)
+        return None if name is None else (_Sample.COUNTER, name, None, True)
     for base, name in HISTOGRAM_FAMILIES.items():
         if not family.startswith(base):
             continue
         suffix = family[len(base):]
         if suffix == "_bucket":
             try:
-                return _Sample.BUCKET, (name, float(labels.get("le", ""))), False
+                return _Sample.BUCKET, name, float(labels.get("le", "")), False
             except ValueError:
                 return None
         if suffix in ("_sum", "_count"):
-            return (_Sample.SUM if suffix == "_sum" else _Sample.COUNT), name, False
+            return (_Sample.SUM if suffix == "_sum" else _Sample.COUNT), name, None, False
     return None
 
 
 def _histogram(name: str, sample: _Sample) -> Histogram | None:
-    buckets = {bound: value for (histogram, bound), value in sample.maps[_Sample.BUCKET].items() if histogram == name}
+    buckets = sample.maps[_Sample.BUCKET].get(name)
     if not buckets or math.inf not in buckets:
         return None
     bounds = tuple(sorted(buckets))
-    counts = tuple(buckets[b] for b in bounds)
-    if any(later < earlier for earlier, later in zip(counts, counts[1:], strict=False)):
-        return None
+    shared = _BOUNDS.get(bounds)
+    if shared is None:
+        if len(_BOUNDS) >= 64:
+            _BOUNDS.clear()
+        shared = _BOUNDS[bounds] = bounds
+    counts = tuple([buckets[b] for b in shared])
+    previous = -math.inf
+    for count in counts:
+        if count < previous:
+            return None
+        previous = count
     total = sample.maps[_Sample.COUNT].get(name, counts[-1])
-    return Histogram(upper_bounds=bounds, cumulative_counts=counts, sum=sample.maps[_Sample.SUM].get(name, 0.0),
+    return Histogram(upper_bounds=shared, cumulative_counts=counts, sum=sample.maps[_Sample.SUM].get(name, 0.0),
                      count=total)
+
+
+_FAMILY_OF_FIELD = {v: k for k, v in {**RANK_FAMILIES, **PHASE_FAMILIES}.items()}
+_FAMILY_OF_COUNTER = {v: k for k, v in TOKENIZER_COUNTERS.items()}
 
 
 def observation_of(sample: _Sample) -> MetricsObservation:
     """One server at one timestamp as a `MetricsObservation` (what `parse_metrics` gives for a scrape)."""
     per_rank: dict[int | None, dict[str, float]] = {}
     families: set[str] = set()
-    by_field = {v: k for k, v in {**RANK_FAMILIES, **PHASE_FAMILIES}.items()}
     for (dp_rank, name), value in sample.maps[_Sample.RANK].items():
-        per_rank.setdefault(dp_rank, {})[name] = value
-        families.add(by_field[name])
-    counter_family = {v: k for k, v in TOKENIZER_COUNTERS.items()}
+        values = per_rank.get(dp_rank)
+        if values is None:
+            values = per_rank[dp_rank] = {}
+        values[name] = value
+        families.add(_FAMILY_OF_FIELD[name])
     counters = sample.maps[_Sample.COUNTER]
-    families.update(counter_family[name] for name in counters)
+    families.update(_FAMILY_OF_COUNTER[name] for name in counters)
     histograms = {}
     for family, name in HISTOGRAM_FAMILIES.items():
         histograms[name] = _histogram(name, sample)

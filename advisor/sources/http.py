@@ -46,6 +46,23 @@ class FetchResult:
     warning: str | None = None
 
 
+@dataclass
+class Received:
+    """One request's answer as received, not yet decoded (`HttpClient.finish` decodes it): the status line,
+    content type and raw body, a problem found while reading it (too large), or the failure to report."""
+
+    url: str  # with any user:password@ removed
+    method: str
+    want_json: bool
+    started: float
+    status: int | None = None
+    reason: str = ""
+    content_type: str = ""
+    raw: bytes = b""
+    problem: str | None = None
+    failure: FetchResult | None = None
+
+
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"non-standard JSON constant {name}")
 
@@ -291,66 +308,88 @@ class HttpClient:
 
     def _get(self, url: str, *, want_json: bool, method: str = "GET", payload: bytes | None = None,
              check_raw: Callable[[bytes], str | None] | None = None) -> FetchResult:
-        shown = redact_url(url)
-        started = time.monotonic()
+        return self.finish(self._receive(url, want_json=want_json, method=method, payload=payload), check_raw)
 
-        def failed(message: str, status: int | None = None, body: str | None = None) -> FetchResult:
-            return FetchResult(
-                ok=False,
-                status=status,
-                body=body,
-                error=self.snippet(f"{method} {shown}: {message}", 400),
-                elapsed_seconds=time.monotonic() - started,
-                url=shown,
-            )
+    def receive_form_json(self, url: str, form: dict[str, str]) -> Received:
+        """`post_form_json`'s request and raw answer only (no decoding: another thread may wait on the
+        socket while the caller decodes an earlier answer); `finish` decodes it."""
+        return self._receive(url, want_json=True, method="POST", payload=urlencode(form).encode("utf-8"))
 
+    def _receive(self, url: str, *, want_json: bool, method: str = "GET", payload: bytes | None = None) -> Received:
+        received = Received(url=redact_url(url), method=method, want_json=want_json, started=time.monotonic())
         try:
             target = _Target(url)
         except ValueError:
-            return failed("invalid URL")
+            received.failure = self._failed(received, "invalid URL")
+            return received
         if target.password:
             self._secrets.add(target.password)
         with self._lock:
             try:
-                status, reason, content_type, raw, problem = self._exchange(target, want_json, started, method, payload)
+                (received.status, received.reason, received.content_type, received.raw,
+                 received.problem) = self._exchange(target, want_json, received.started, method, payload)
             except TimeoutError:  # DeadlineExceeded, or a socket timeout within the remaining time
                 self._drop(target)
-                return failed(f"timed out after {self.timeout_seconds:g}s")
+                received.failure = self._failed(received, f"timed out after {self.timeout_seconds:g}s")
             except http.client.HTTPException as exc:
                 self._drop(target)
                 if isinstance(exc, http.client.RemoteDisconnected):
-                    return failed("connection closed by the server")
-                return failed(f"malformed HTTP response ({type(exc).__name__})")
+                    received.failure = self._failed(received, "connection closed by the server")
+                else:
+                    received.failure = self._failed(received, f"malformed HTTP response ({type(exc).__name__})")
             except OSError as exc:
                 self._drop(target)
-                return failed(_describe_os_error(exc))
+                received.failure = self._failed(received, _describe_os_error(exc))
             except (ValueError, UnicodeError) as exc:  # a header value http.client refuses, a bad host
                 self._drop(target)
-                return failed(f"request failed ({type(exc).__name__})")
+                received.failure = self._failed(received, f"request failed ({type(exc).__name__})")
+        return received
+
+    def _failed(self, received: Received, message: str, status: int | None = None,
+                body: str | None = None) -> FetchResult:
+        return FetchResult(
+            ok=False,
+            status=status,
+            body=body,
+            error=self.snippet(f"{received.method} {received.url}: {message}", 400),
+            elapsed_seconds=time.monotonic() - received.started,
+            url=received.url,
+        )
+
+    def finish(self, received: Received, check_raw: Callable[[bytes], str | None] | None = None) -> FetchResult:
+        """A received answer read: its text, or its JSON decoded (`check_raw` may refuse a successful body
+        before it is decoded, since decoding holds the interpreter for its whole length)."""
+        if received.failure is not None:
+            return received.failure
+        status, shown, method, started = received.status or 0, received.url, received.method, received.started
+        raw, problem = received.raw, received.problem
+        received.raw = b""  # the caller's object no longer holds the bytes once they are decoded
         if problem is None and check_raw is not None and status < 400:
             problem = check_raw(raw)
         if problem is not None:
-            return failed(problem, status=status)
-        text, warning = decode_body(raw, content_type)
+            return self._failed(received, problem, status=status)
+        text, warning = decode_body(raw, received.content_type)
+        del raw
         if warning is not None:
             warning = f"{method} {shown}: {warning}"
             with self._lock:
                 self._warnings = [*self._warnings[-9:], warning]
         if status >= 400:
             snippet = self.snippet(text, 120)
-            detail = f"HTTP {status} {reason}".rstrip() + (f": {snippet}" if snippet else "")
-            return failed(detail, status=status, body=text)
-        if not want_json:
+            detail = f"HTTP {status} {received.reason}".rstrip() + (f": {snippet}" if snippet else "")
+            return self._failed(received, detail, status=status, body=text)
+        if not received.want_json:
             return FetchResult(True, status, text, None, time.monotonic() - started, shown, warning)
         try:
             decoded = json.loads(text, parse_constant=_reject_constant)
         except RecursionError:
-            return failed("JSON response nested too deeply", status=status, body=None)
+            return self._failed(received, "JSON response nested too deeply", status=status, body=None)
         except ValueError:
-            return failed(f"response is not JSON: {self.snippet(text, 80)!r}", status=status, body=text)
+            return self._failed(received, f"response is not JSON: {self.snippet(text, 80)!r}", status=status,
+                                body=text)
         if not isinstance(decoded, (dict, list)):
-            return failed(
-                f"JSON response is a {type(decoded).__name__}, not an object", status=status, body=text
+            return self._failed(
+                received, f"JSON response is a {type(decoded).__name__}, not an object", status=status, body=text
             )
         return FetchResult(True, status, decoded, None, time.monotonic() - started, shown, warning)
 

@@ -8,6 +8,7 @@ Reads only the `sglang:` families the advisor needs and skips every other line a
 from __future__ import annotations
 
 import math
+import operator
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -38,7 +39,7 @@ class MetricsLimits:
 DEFAULT_LIMITS = MetricsLimits()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RankMetrics:
     """One DP rank's pool state, read from its stats-logging scheduler (tp_rank 0 within the DP rank).
 
@@ -82,7 +83,7 @@ class RankMetrics:
     graph_memory_gb: float | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Histogram:
     """A Prometheus histogram: cumulative counts per upper bound (the last bound is +Inf)."""
 
@@ -93,15 +94,11 @@ class Histogram:
 
     def bucket_counts(self) -> tuple[float, ...]:
         """Non-cumulative count per bucket (observations in (previous bound, this bound])."""
-        out = []
-        previous = 0.0
-        for value in self.cumulative_counts:
-            out.append(value - previous)
-            previous = value
-        return tuple(out)
+        counts = self.cumulative_counts
+        return tuple(map(operator.sub, counts, (0.0, *counts[:-1])))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class MetricsObservation:
     """What one scrape of `/metrics` says. Counters are lifetime totals (see `advisor.estimate.deltas`)."""
 

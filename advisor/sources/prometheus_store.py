@@ -10,12 +10,14 @@ import math
 import re
 import ssl
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from functools import partial
+from typing import Any, NamedTuple
 
 from advisor.errors import InputError, LimitExceeded
 from advisor.scrub import FIELD_CHARS, NAME_CHARS, redact_url, scrub_text
-from advisor.sources.http import HttpClient
+from advisor.sources.http import HttpClient, Received
 
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0, "y": 31536000.0}
 
@@ -51,9 +53,9 @@ def selector_matchers(selector: str | None) -> str:
     return inner
 
 
-@dataclass(frozen=True)
-class PromSeries:
-    """One result series: its labels and its samples [(unix seconds, value)] (one sample for an instant query)."""
+class PromSeries(NamedTuple):
+    """One result series: its labels and its samples [(unix seconds, value)] (one sample for an instant query).
+    (A named tuple: a fleet's answer makes a million of them.)"""
 
     labels: dict[str, str]
     samples: list[tuple[float, float]]
@@ -154,15 +156,24 @@ class PrometheusClient:
 
     def query(self, expr: str, at: float | None = None) -> QueryResult:
         """An instant query (`/api/v1/query`), evaluated at `at` (unix seconds) or the store's now."""
-        params = {"query": expr}
-        if at is not None:
-            params["time"] = f"{at:.3f}"
-        return self._post("query", params)
+        return self.read(self.send_query(expr, at))
 
     def query_range(self, expr: str, start: float, end: float, step: float) -> QueryResult:
         """A range query (`/api/v1/query_range`): one sample per `step` seconds from start to end."""
+        return self.read(self.send_query_range(expr, start, end, step))
+
+    def send_query(self, expr: str, at: float | None = None) -> Received:
+        """`query`'s request and raw answer, not decoded (`read` decodes it): a thread may wait on the
+        store for the next answer while the caller decodes this one."""
+        params = {"query": expr}
+        if at is not None:
+            params["time"] = f"{at:.3f}"
+        return self._send("query", params)
+
+    def send_query_range(self, expr: str, start: float, end: float, step: float) -> Received:
+        """`query_range`'s request and raw answer, not decoded (`read` decodes it)."""
         params = {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"}
-        return self._post("query_range", params)
+        return self._send("query_range", params)
 
     def _scrub(self, message: str) -> str:
         return self._http.scrub(message)
@@ -173,17 +184,25 @@ class PrometheusClient:
         count = raw.count(b'"metric"')
         return _too_many_series(count, self.max_series) if count > self.max_series else None
 
-    def _post(self, endpoint: str, params: dict[str, str]) -> QueryResult:
-        url = f"{self.base_url}/api/v1/{endpoint}"
-        shown = redact_url(url)
-        started = time.monotonic()
+    def _send(self, endpoint: str, params: dict[str, str]) -> Received:
         self.queries_sent += 1
+        return self._http.receive_form_json(f"{self.base_url}/api/v1/{endpoint}", params)
+
+    def read(self, received: Received, *, scrub_labels: bool = True,
+             take: Callable[[Iterator[Row]], None] | None = None) -> QueryResult:
+        """A sent query's answer decoded into series (or its failure, one line). `scrub_labels=False` leaves
+        each series' labels as the store sent them (an object, its values not yet scrubbed nor known to be
+        strings): for a caller that scrubs the few it keeps, a fleet's million rows a cycle being mostly
+        looked up and dropped (`advisor.sources.fleet_queries.FleetFrame`). With `take`, the series are
+        handed to it as they are decoded, (labels, samples) one at a time, and not kept (the result's
+        `series` is empty): `take` raising TypeError or ValueError on a row fails the result as malformed."""
+        shown, started = received.url, received.started
 
         def failed(message: str) -> QueryResult:
             return QueryResult(False, error=self._http.snippet(f"POST {shown}: {message}", FIELD_CHARS),
                                elapsed_seconds=time.monotonic() - started)
 
-        result = self._http.post_form_json(url, params, check_raw=self._count_series)
+        result = self._http.finish(received, check_raw=self._count_series)
         body: Any = result.body
         if not result.ok:
             error_body = _json_object(body) if isinstance(body, str) else None
@@ -195,12 +214,19 @@ class PrometheusClient:
         if body.get("status") != "success":
             kind = body.get("errorType") or f"HTTP {result.status}"
             return failed(f"{kind}: {body.get('error') or 'no error message'}")
+        found = [0]
         try:
-            series, skipped = _series_of(body.get("data"), self.max_series)
+            rows = _rows(body.get("data"), self.max_series, scrub_labels, found)
+            if take is None:
+                series = [PromSeries(labels, samples) for labels, samples in rows]
+            else:
+                series = []
+                take(rows)
         except LimitExceeded as exc:
             return failed(str(exc))
         except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
             return failed(f"malformed result ({type(exc).__name__}: {exc})")
+        skipped = found[0]
         self.skipped_samples += skipped
         raw_warnings = body.get("warnings") or ()
         warnings = tuple(scrub_text(w, 200) for w in (raw_warnings if isinstance(raw_warnings, list) else [])[:10])
@@ -238,6 +264,13 @@ def _labels(raw: Any, scrubbed: dict[Any, str]) -> dict[str, str]:
     return labels
 
 
+def _label_object(raw: Any) -> dict[Any, Any]:
+    """A series' labels as sent (`scrub_labels=False`): only checked to be an object."""
+    if not isinstance(raw, dict):
+        raise TypeError("metric labels are not an object")
+    return raw
+
+
 def _finite_samples(pairs: Any) -> tuple[list[tuple[float, float]], int]:
     """(timestamp, value) pairs with both finite; and how many were not. (One pass converts them all; only
     when their sum is not finite — a NaN, an infinity or an overflow among them — are they checked one by
@@ -260,10 +293,23 @@ def _finite_samples(pairs: Any) -> tuple[list[tuple[float, float]], int]:
     return samples, skipped
 
 
-def _series_of(data: Any, max_series: int = DEFAULT_STORE_MAX_SERIES) -> tuple[list[PromSeries], int]:
+Row = tuple[Any, list[tuple[float, float]]]  # (labels, [(unix seconds, value)]) of one series
+
+
+def _series_of(data: Any, max_series: int = DEFAULT_STORE_MAX_SERIES, *,
+               scrub_labels: bool = True) -> tuple[list[PromSeries], int]:
     """The API's `data` ({resultType, result}) as series, and the count of non-finite samples left out (a
     series left with none is dropped); scalars become one label-less series. More than `max_series` series
     is a LimitExceeded naming the cap."""
+    skipped = [0]
+    series = [PromSeries(labels, samples) for labels, samples in _rows(data, max_series, scrub_labels, skipped)]
+    return series, skipped[0]
+
+
+def _rows(data: Any, max_series: int, scrub_labels: bool, skipped: list[int]) -> Iterator[Row]:
+    """`_series_of`'s rows, one at a time as they are read (`skipped[0]` counts the non-finite samples left
+    out). Each decoded row is dropped from `data` as it is read, so a fleet's answer (a million rows) is never
+    held twice over, as JSON objects and as series."""
     kind = data["resultType"]
     result = data["result"]
     if kind == "scalar":
@@ -275,20 +321,24 @@ def _series_of(data: Any, max_series: int = DEFAULT_STORE_MAX_SERIES) -> tuple[l
         raise TypeError("result is not a list")
     if len(result) > max_series:
         raise LimitExceeded(_too_many_series(len(result), max_series))
-    series: list[PromSeries] = []
-    skipped = 0
     scrubbed: dict[Any, str] = {}
-    # Each decoded row is dropped as soon as it is read, so a fleet's answer (a million rows) is never held
-    # twice over, as JSON objects and as series.
     result.reverse()
+    isfinite = math.isfinite
+    labels_of = partial(_labels, scrubbed=scrubbed) if scrub_labels else _label_object
     while result:
         item = result.pop()
-        pairs = [item["value"]] if kind == "vector" else item["values"]
-        samples, dropped = _finite_samples(pairs)
-        skipped += dropped
+        if kind == "vector":  # one sample: read it here (the common case of a fleet's every cycle)
+            t, v = item["value"]
+            when, value = float(t), float(v)
+            if isfinite(when) and isfinite(value):
+                yield labels_of(item["metric"]), [(when, value)]
+            else:
+                skipped[0] += 1
+            continue
+        samples, dropped = _finite_samples(item["values"])
+        skipped[0] += dropped
         if samples:
-            series.append(PromSeries(_labels(item["metric"], scrubbed), samples))
-    return series, skipped
+            yield labels_of(item["metric"]), samples
 
 
 __all__ = ["MAX_SERVERS_PER_STORE", "PromSeries", "store_answer_caps", "PrometheusClient", "QueryResult", "StoreAuth", "parse_duration", "selector_matchers", "too_many_servers"]

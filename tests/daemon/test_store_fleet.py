@@ -102,6 +102,21 @@ def test_a_failing_store_shows_every_server_down_and_forgets_none(store):
         fleet.close()
 
 
+def test_label_values_that_are_not_strings_are_a_counted_store_error(store):
+    """The fleet reads labels as the store sent them: a malformed answer (label values that are lists) is a
+    store error, every server shown down, not a cycle that raises."""
+    fleet = fleet_of(store)
+    try:
+        statuses(fleet, NOW)
+        store.mode = "list_labels"
+        down = statuses(fleet, NOW + 15)
+        assert len(down) == 5 and fleet.store_errors_total == 1
+        assert "malformed result" in (fleet.last_error or "")
+        assert not any(status.up for status in down.values())
+    finally:
+        fleet.close()
+
+
 def test_byte_constants_from_server_info_else_the_gauges_with_a_note_code(store):
     store.servers = {"gpu-0:30000": fixture_samples(SINGLE)}
     with ReplayServer() as server:

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support import TESTS
@@ -24,6 +25,7 @@ from advisor.export.collector import AdvisorCollector  # noqa: E402
 from advisor.sim.config import load_server_config  # noqa: E402
 from advisor.sim.emulator import EmulatedServer  # noqa: E402
 from advisor.sim.workload import load_workload  # noqa: E402
+from advisor.sources.http import Received  # noqa: E402
 from advisor.sources.prometheus_store import QueryResult  # noqa: E402
 from advisor.status import TargetStatus  # noqa: E402
 
@@ -269,14 +271,36 @@ def record_range_queries(advisor: Advisor) -> list[tuple[float, float, int]]:
     """Every range query the advisor's store target sends from now on: (start, end, samples answered)."""
     (store_fleet,) = advisor.fleets
     asked: list[tuple[float, float, int]] = []
-    query_range = store_fleet.client.query_range
+    sent: dict[int, tuple[float, float]] = {}  # a received answer (by id) -> the range it asked
+    send_query_range, read = store_fleet.client.send_query_range, store_fleet.client.read
 
-    def recorded(expr: str, start: float, end: float, step: float) -> QueryResult:
-        result = query_range(expr, start, end, step)
-        asked.append((start, end, sum(len(series.samples) for series in result.series)))
+    def recorded_send(expr: str, start: float, end: float, step: float) -> Received:
+        received = send_query_range(expr, start, end, step)
+        sent[id(received)] = (start, end)
+        return received
+
+    def recorded_read(received: Received, **options: Any) -> QueryResult:
+        asked_range = sent.pop(id(received), None)
+        counted = [0]
+        take = options.get("take")
+        if take is not None:  # the series go to `take` as they are decoded: count them on their way
+
+            def counting(rows: Iterator[tuple[Any, list[tuple[float, float]]]]) -> None:
+                def each() -> Iterator[tuple[Any, list[tuple[float, float]]]]:
+                    for labels, samples in rows:
+                        counted[0] += len(samples)
+                        yield labels, samples
+
+                take(each())
+
+            options["take"] = counting
+        result = read(received, **options)
+        if asked_range is not None:
+            asked.append((*asked_range, counted[0] + sum(len(series.samples) for series in result.series)))
         return result
 
-    store_fleet.client.query_range = recorded  # type: ignore[method-assign]
+    store_fleet.client.send_query_range = recorded_send  # type: ignore[method-assign]
+    store_fleet.client.read = recorded_read  # type: ignore[method-assign]
     return asked
 
 

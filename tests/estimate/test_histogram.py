@@ -1,8 +1,9 @@
 """The decaying histogram: percentiles, decay by half-life, overflow-safe reference shifts, round trip."""
 
+import numpy as np
 import pytest
 
-from advisor.estimate.histogram import DecayingHistogram, DecayingMoments
+from advisor.estimate.histogram import DecayingHistogram, DecayingMoments, bucket_indices
 
 
 def test_percentiles_round_up_to_bucket_end():
@@ -53,3 +54,19 @@ def test_moments_decay_and_spread():
     assert m.std() == pytest.approx(1.0)
     m.add(3.0, 1.0, now=10.0)  # the first two now weigh half each
     assert m.mean() == pytest.approx((0.5 + 1.5 + 3.0) / 2.0)
+
+
+def test_shared_bucket_indices_and_percentiles_in_one_pass_change_nothing():
+    """Histograms fed the same lengths may share their bucket indices, and `percentiles` sums once: the
+    weights and answers are those of the one-at-a-time path, bit for bit."""
+    rng = np.random.default_rng(7)
+    values = np.concatenate([rng.lognormal(7, 1.2, 300), [np.nan, np.inf, -3.0, 0.0]])
+    weights = np.concatenate([rng.random(300), [1.0, 1.0, 1.0, 0.0]])
+    apart, shared = DecayingHistogram(600.0), DecayingHistogram(600.0)
+    for step in range(5):
+        apart.add_many(values * (1 + step), weights, now=100.0 * step)
+        shared.add_many(values * (1 + step), weights, now=100.0 * step, buckets=bucket_indices(values * (1 + step)))
+    assert np.array_equal(apart.weights, shared.weights) and apart.weighted_sum == shared.weighted_sum
+    fractions = (0.5, 0.9, 0.99)
+    assert shared.percentiles(fractions) == [apart.percentile(f) for f in fractions]
+    assert DecayingHistogram(600.0).percentiles(fractions) == [None, None, None]

@@ -17,6 +17,7 @@ from support import METRICS
 
 from advisor.feeder import constants_from_server_info
 from advisor.model.serving import ServingConfig, slots_per_request
+from advisor.scrub import NAME_CHARS, scrub_text
 from advisor.sources.fleet_queries import (
     HISTOGRAM_FAMILIES,
     PHASE_FAMILIES,
@@ -118,6 +119,42 @@ def test_several_labels_name_a_server():
     assert frame.servers() == ["eu/gpu:1", "us/gpu:1"]
     assert frame.server_label_values["us/gpu:1"] == {"cluster": "us", "instance": "gpu:1"}
     assert frame.observations("us/gpu:1")[0][1].ranks[0].running_requests == 9
+
+
+def test_labels_as_the_store_sent_them_are_scrubbed_where_kept():
+    """The fleet reads answers with their labels unscrubbed (a million rows a cycle are only looked up): the
+    frame scrubs what it keeps, so a server or model name carrying a line break or a credential is cleaned."""
+    frame = FleetFrame()
+    rank, counters = fleet_queries()[:2]
+    hostile = "gpu-a:30000\nAuthorization: Bearer abcdefghijklmnopqrstuvwxyz0123"
+    frame.add(rank, [({"__name__": "sglang:num_running_reqs", "instance": hostile}, [(1.0, 4.0)])])
+    frame.add(counters, [({"__name__": "sglang:num_requests_total", "instance": hostile,
+                           "model_name": "org/model\r\nX-Injected: 1"}, [(1.0, 7.0)])])
+    (name,) = frame.servers()
+    assert "\n" not in name and "abcdefghijklmnopqrstuvwxyz0123" not in name and name.startswith("gpu-a:30000")
+    assert frame.server_label_values[name] == {"instance": name}
+    ((_, observation),) = frame.observations(name)
+    assert observation.ranks[0].running_requests == 4 and observation.requests_total == 7
+    assert observation.model_name is not None and "\r" not in observation.model_name
+    assert "\n" not in observation.model_name
+
+
+def test_rows_read_the_same_as_the_store_sent_them_or_scrubbed():
+    """Raw labels (the fleet's fast path) and scrubbed labels give the same observations, row for row."""
+    fleet = {"gpu-a:30000": exposition("single"), "gpu-b:30000": exposition("dp2tp4")}
+    frames = []
+    for scrub_first in (True, False):
+        frame = FleetFrame()
+        for at in (1000.0, 1015.0):
+            for query in fleet_queries('job="sglang"'):
+                rows = []
+                for instance, text in fleet.items():
+                    for labels, points in evaluate(query, exposition_samples(text, instance=instance, job="sglang"), at):
+                        rows.append(({k: scrub_text(v, NAME_CHARS) for k, v in labels.items()} if scrub_first
+                                     else dict(labels), points))
+                frame.add(query, rows)
+        frames.append({name: frame.observations(name) for name in frame.servers()})
+    assert frames[0] == frames[1] and len(frames[0]) == 2
 
 
 def test_graph_memory_is_summed_over_phases_and_nan_is_no_sample():
