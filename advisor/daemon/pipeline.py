@@ -364,7 +364,8 @@ class ServerPipeline:
             self.info_due = True
         if reading.prefill_batches:
             self.server_state.traffic.observe_admissions(
-                [[line.new_seqs, line.new_tokens, line.cached_tokens or 0] for line in reading.prefill_batches
+                [[line.new_seqs, line.new_tokens, line.cached_tokens or 0, -1 if line.dp_rank is None else line.dp_rank]
+                 for line in reading.prefill_batches
                  if line.new_seqs is not None and line.new_tokens is not None],
                 chunk_tokens=self.boot.chunked_prefill_size if self.boot is not None else None,
                 page_size=self.boot.page_size if self.boot is not None else 1,

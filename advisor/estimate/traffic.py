@@ -200,34 +200,38 @@ def admitted_prompts(batches: Sequence[Sequence[int]], chunk_tokens: int | None,
     prompt longer than the chunk is cut at the chunk (page-aligned) and continues first in the next batch, where
     it counts again: a batch that reached the chunk leaves its last request open. Tokens of a batch of several
     requests are split evenly between them (the lines do not say more); cached tokens go to the new requests
-    only (a continuing request matched its prefix when it first came)."""
+    only (a continuing request matched its prefix when it first came). A batch's optional fourth value is the
+    DP rank that printed it: each DP worker schedules, and continues its chunks, on its own."""
     out: list[AdmittedPrompt] = []
-    open_prompt: list[int] | None = None  # [tokens so far, cached, first batch] of a request cut at the chunk
+    # per DP rank: [tokens so far, cached, first batch] of a request cut at the chunk
+    open_prompts: dict[int, list[int]] = {}
     threshold = chunk_tokens - max(1, page_size) + 1 if chunk_tokens and chunk_tokens > 0 else None
     for position, batch in enumerate(batches):
         seqs, new_tokens, cached = (max(0, int(v)) for v in batch[:3])
+        rank = int(batch[3]) if len(batch) > 3 else -1
         if seqs <= 0:
             continue
         cut = threshold is not None and new_tokens >= threshold
         share = new_tokens / seqs
         fresh = seqs
+        open_prompt = open_prompts.pop(rank, None)
         if open_prompt is not None:
             open_prompt[0] += int(round(share)) if seqs > 1 else new_tokens
             fresh -= 1
             if fresh == 0 and cut:
+                open_prompts[rank] = open_prompt
                 continue  # still open: the whole batch was its next chunk
             out.append(AdmittedPrompt(open_prompt[0] + open_prompt[1], open_prompt[1], open_prompt[2]))
-            open_prompt = None
         if fresh <= 0:
             continue
         cached_share = cached // fresh
         for index in range(fresh):
             taken = int(round(share))
             if cut and index == fresh - 1:
-                open_prompt = [taken, cached_share, position]
+                open_prompts[rank] = [taken, cached_share, position]
             else:
                 out.append(AdmittedPrompt(max(1, taken + cached_share), cached_share, position))
-    if open_prompt is not None:
+    for open_prompt in open_prompts.values():
         out.append(AdmittedPrompt(open_prompt[0] + open_prompt[1], open_prompt[1], open_prompt[2]))
     return out
 
@@ -395,11 +399,12 @@ class TrafficEstimator:
 
     def observe_admissions(self, batches: Sequence[Sequence[int]], *, chunk_tokens: int | None = None,
                            page_size: int = 1) -> None:
-        """`Prefill batch` lines in log order as [#new-seq, #new-token, #cached-token]; they join the next interval.
-        `chunk_tokens` is the server's chunked_prefill_size (where a long prompt is cut), when known."""
+        """`Prefill batch` lines in log order as [#new-seq, #new-token, #cached-token] or, with the DP rank that
+        printed it, [..., rank]; they join the next interval. `chunk_tokens` is the server's chunked_prefill_size
+        (where a long prompt is cut), when known."""
         for batch in batches:
-            values = [int(v) for v in batch[:3]]
-            if len(values) == 3 and min(values) >= 0:
+            values = [int(v) for v in batch[:4]]
+            if len(values) >= 3 and min(values[:3]) >= 0:
                 self.pending_admissions.append(values)
         if chunk_tokens is not None and chunk_tokens > 0:
             self.chunk_tokens = int(chunk_tokens)

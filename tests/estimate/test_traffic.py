@@ -275,3 +275,13 @@ def test_prefix_hits_without_request_logs_become_conversations():
     assert out[2].extends_prefix and out[2].prefix_tokens == 1200 and out[4].prefix_tokens == 1800
     assert out[5].prefix_group == "shared-64" and not out[5].extends_prefix
     assert conversations_from_hits(requests, [0] * len(requests)) == requests
+
+
+def test_each_dp_rank_continues_its_own_chunks():
+    """Two DP workers print their prefill lines interleaved: rank 0 cuts a 20,000-token prompt at the chunk
+    while rank 1 admits short ones in between; the cut prompt continues on rank 0 only."""
+    batches = [[1, 8192, 0, 0], [1, 300, 0, 1], [1, 8192, 0, 0], [2, 900, 0, 1], [1, 3616, 0, 0]]
+    prompts = admitted_prompts(batches, chunk_tokens=8192)
+    assert sorted(p.tokens for p in prompts) == [300, 450, 450, 20000]
+    # without ranks the short lines would have been read as the long prompt's next chunks
+    assert 20000 not in [p.tokens for p in admitted_prompts([b[:3] for b in batches], chunk_tokens=8192)]
