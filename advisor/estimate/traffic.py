@@ -244,22 +244,19 @@ def _paired_outputs(requests: list[RequestSpec], paired: Sequence[int], residenc
     requests to say keeps the drawn lengths."""
     stays = np.asarray(residence, dtype=float)
     bucket_of = np.asarray(buckets)
-    factor = np.ones(len(stays))
     means = {}
     for bucket in np.unique(bucket_of):
-        members = stays[bucket_of == bucket]
-        known = members[np.isfinite(members)]
-        if len(known) >= MIN_BUCKET_FINISHES:
-            means[int(bucket)] = float(known.mean())
+        finished = stays[(bucket_of == bucket) & np.isfinite(stays)]
+        if len(finished) >= MIN_BUCKET_FINISHES:
+            means[int(bucket)] = float(finished.mean())
     if len(means) < 2:
         return requests
-    for position, bucket in enumerate(bucket_of):
-        factor[position] = means.get(int(bucket), math.nan)
-    known = np.isfinite(factor)
-    overall = float(np.mean(factor[known]))
+    factor = np.asarray([means.get(int(bucket), math.nan) for bucket in bucket_of])
+    rescaled = np.isfinite(factor)
+    overall = float(np.mean(factor[rescaled]))
     if not overall > 0:
         return requests
-    factor = np.where(known, factor / overall, 1.0)
+    factor = np.where(rescaled, factor / overall, 1.0)
     out = list(requests)
     for position, index in enumerate(paired):
         spec = out[index]
@@ -579,9 +576,9 @@ class TrafficEstimator:
         bucket_of = np.minimum(np.searchsorted(bounds, [p.tokens for p in prompts], side="left"), len(bounds) - 1)
         finishes: dict[int, np.ndarray] = {}
         members: dict[int, np.ndarray] = {}
+        same_layout = [b for b in bins if b.prompt_bounds == reference.prompt_bounds]  # shared bound tuples
         for bucket in range(len(bounds)):
-            times = [rng.uniform(b.start, b.end, int(round(b.prompt_counts[bucket]))) for b in bins
-                     if list(b.prompt_bounds) == list(reference.prompt_bounds)]
+            times = [rng.uniform(b.start, b.end, int(round(b.prompt_counts[bucket]))) for b in same_layout]
             ends = np.sort(np.concatenate(times)) if times else np.zeros(0)
             admitted = np.flatnonzero(bucket_of == bucket)
             if len(ends) and len(admitted):
