@@ -289,6 +289,7 @@ def observe_traffic_interval(traffic: TrafficEstimator, now: float, delta: Obser
         generation_bounds=generation.upper_bounds if generation else (),
         generation_counts=generation.bucket_counts() if generation else (),
         generation_sum=generation.sum if generation else 0.0, queued=sample.queued_requests,
+        live_seq_tokens=sample.decode_sum_seq_lens, live_running=sample.running_requests,
     )
 
 

@@ -115,6 +115,10 @@ class TrafficBin:
     queued_at_start: float | None = None  # of in_system_at_start, those still waiting (not yet admitted)
     # The prefill batches the scheduler ran in the interval, in order: [#new-seq, #new-token, #cached-token]
     admissions: list[list[int]] = field(default_factory=list)
+    # The running decode batch at the interval's end: sum of its sequence lengths (decode_sum_seq_lens) and its
+    # requests; 0 and 0 when not shown or idle.
+    live_seq_tokens: float = 0.0
+    live_running: float = 0.0
 
     def __post_init__(self) -> None:
         self.prompt_bounds = _shared_bounds(self.prompt_bounds)
@@ -136,6 +140,7 @@ class TrafficBin:
             "generation_sum": self.generation_sum,
             "queued_at_start": self.queued_at_start,
             "admissions": [list(batch) for batch in self.admissions],
+            "live_seq_tokens": self.live_seq_tokens, "live_running": self.live_running,
         }
 
 
@@ -342,6 +347,74 @@ def _finish_of(record: ExactRequest) -> float:
     return record.arrival if record.finish is None else record.finish
 
 
+def _live_batch(seq_tokens: float | None, running: float | None) -> dict[str, float]:
+    if (seq_tokens is None or running is None or not math.isfinite(seq_tokens) or not math.isfinite(running)
+            or running <= 0 or seq_tokens < running):
+        return {}
+    return {"live_seq_tokens": float(seq_tokens), "live_running": float(running)}
+
+
+def _mean_live_context(bins: Sequence[TrafficBin]) -> float | None:
+    """The running batch's mean sequence length over the bins that showed one (busy), weighted by their length."""
+    busy = [b for b in bins if b.live_running > 0]
+    seconds = sum(b.end - b.start for b in busy)
+    if not busy or seconds <= 0:
+        return None
+    return sum((b.end - b.start) * b.live_seq_tokens / b.live_running for b in busy) / seconds
+
+
+def live_context(requests: Sequence[RequestSpec]) -> float | None:
+    """The mean sequence length of the running decode batch these requests would make, step-weighted: a request
+    decodes in `output_tokens` steps (fewer with speculative decoding, but its share stays) at lengths prompt,
+    prompt + 1, ..., so over all steps the batch's mean length is sum(o * (p + o / 2)) / sum(o). Who shares the
+    batch does not matter; which prompt carries which output does: long outputs on long prompts hold long
+    sequences for long."""
+    outputs = np.asarray([r.output_tokens for r in requests], dtype=float)
+    if not len(outputs) or outputs.sum() <= 0:
+        return None
+    prompts = np.asarray([r.input_tokens for r in requests], dtype=float)
+    return float((outputs * (prompts + outputs / 2)).sum() / outputs.sum())
+
+
+# How strongly an output may follow its prompt: the calibration tries weights from -PAIRING_STRENGTH to
+# +PAIRING_STRENGTH (standard deviations of log output per standard deviation of log prompt) in PAIRING_STEPS.
+PAIRING_STRENGTH = 3.0
+PAIRING_STEPS = 25
+
+
+def paired_to_live_context(requests: list[RequestSpec], target: float, rng: np.random.Generator,
+                           ) -> list[RequestSpec]:
+    """The drawn outputs dealt out again over the prompts so that the replay's running batch holds the mean
+    sequence length the server showed (`target`, its decode_sum_seq_lens over num_running_reqs). The histograms
+    give the outputs' distribution but not which prompt each belongs to, and that pairing sets how much KV the
+    running batch holds: a document with a long answer holds its long sequence for every step of the answer.
+    Each request is weighed by log output + beta * (its prompt's z-score in log tokens) * sd(log output); the
+    drawn outputs, sorted, go to the requests in the order of that weight, and beta (0 = the drawn pairing,
+    > 0 long prompts get long outputs, < 0 short ones) is the one whose batch length comes nearest the target.
+    The outputs' distribution stays exactly the histograms'."""
+    if len(requests) < 3:
+        return requests
+    prompts = np.log(np.asarray([max(1, r.input_tokens) for r in requests], dtype=float))
+    drawn = np.asarray([r.output_tokens for r in requests], dtype=float)
+    log_outputs = np.log(np.maximum(drawn, 1.0))
+    if prompts.std() <= 0 or log_outputs.std() <= 0 or not target > 0:
+        return requests
+    propensity = (prompts - prompts.mean()) / prompts.std() * log_outputs.std()
+    ties = rng.random(len(requests))  # breaks ties among equal weights without favouring arrival order
+    ranked = np.sort(drawn)
+    prompt_tokens = np.exp(prompts)
+    best_dealt, best_gap = drawn, math.inf
+    for beta in np.linspace(-PAIRING_STRENGTH, PAIRING_STRENGTH, PAIRING_STEPS):
+        dealt = np.empty_like(drawn)
+        dealt[np.lexsort((ties, log_outputs + beta * propensity))] = ranked
+        batch_length = float((dealt * (prompt_tokens + dealt / 2)).sum() / dealt.sum())
+        gap = abs(batch_length - target)
+        if gap < best_gap - 1e-9 or (abs(gap - best_gap) <= 1e-9 and abs(beta) < 1e-9):
+            best_dealt, best_gap = dealt, gap
+    return [replace(r, output_tokens=max(1, int(tokens))) if int(tokens) != r.output_tokens else r
+            for r, tokens in zip(requests, best_dealt, strict=True)]
+
+
 class TrafficEstimator:
     def __init__(self, settings: TrafficSettings | None = None) -> None:
         self.settings = settings or TrafficSettings()
@@ -362,11 +435,12 @@ class TrafficEstimator:
         self, now: float, seconds: float, *, finished: float, in_system: float,
         prompt_bounds: Sequence[float] = (), prompt_counts: Sequence[float] = (), prompt_sum: float = 0.0,
         generation_bounds: Sequence[float] = (), generation_counts: Sequence[float] = (), generation_sum: float = 0.0,
-        queued: float | None = None,
+        queued: float | None = None, live_seq_tokens: float | None = None, live_running: float | None = None,
     ) -> None:
         """One scrape interval ending at `now`: requests finished in it, running + queued at its end (`queued` of
-        them waiting, when known), the interval's bucket counts of the two token histograms, and the prefill
-        batches observed since the last interval."""
+        them waiting, when known), the interval's bucket counts of the two token histograms, the prefill
+        batches observed since the last interval, and the running decode batch's summed sequence lengths and
+        size at its end (`decode_sum_seq_lens` and `num_running_reqs`, when shown)."""
         admissions, self.pending_admissions = self.pending_admissions, []
         if not (seconds > 0 and math.isfinite(seconds) and math.isfinite(finished) and math.isfinite(in_system)):
             return
@@ -384,6 +458,7 @@ class TrafficEstimator:
             prompt_sum=max(0.0, float(prompt_sum)),
             generation_bounds=_shared_bounds(generation_bounds), generation_counts=_counts(generation_counts),
             generation_sum=max(0.0, float(generation_sum)),
+            **_live_batch(live_seq_tokens, live_running),
         ))
         horizon = now - self.settings.window_seconds
         while self.bins and (self.bins[0].end <= horizon or len(self.bins) > self.settings.max_bins):
@@ -506,8 +581,11 @@ class TrafficEstimator:
             for t, i, o in zip(times, inputs, outputs, strict=True):
                 requests.append(RequestSpec(float(t), int(i), int(o), UNSET_MAX_NEW_TOKENS))
         requests.sort(key=lambda r: r.time)
+        target = _mean_live_context(bins)
         if prompts:
-            requests = self._with_admitted_prompts(requests, prompts, bins, backlog, rng)
+            requests = self._with_admitted_prompts(requests, prompts, bins, backlog, rng, target)
+        elif target is not None:
+            requests = paired_to_live_context(requests, target, rng)
         return TrafficPicture(requests=requests, window_seconds=window, source="metrics", backlog=backlog)
 
     def _admitted_prompts(self, bins: Sequence[TrafficBin]) -> list[AdmittedPrompt]:
@@ -525,12 +603,13 @@ class TrafficEstimator:
 
     def _with_admitted_prompts(self, requests: list[RequestSpec], prompts: list[AdmittedPrompt],
                                bins: Sequence[TrafficBin], backlog: int, rng: np.random.Generator,
-                               ) -> list[RequestSpec]:
+                               live_target: float | None = None) -> list[RequestSpec]:
         """The prompt lengths in arrival order from the admitted sequence (fcfs: the k-th admitted is the k-th to
         come). What ran before the window keeps its drawn length, and so does what still waits at its end; the
         rest spread over the admitted sequence in order (a retracted request admitted twice, or a miscounted
-        chunk, shifts the pairing by one request rather than sliding every later one). Then the outputs: see
-        `_paired_outputs`."""
+        chunk, shifts the pairing by one request rather than sliding every later one). Then the outputs: paired
+        to the running batch's mean length where the server shows it (`paired_to_live_context`), else by the
+        prompt buckets' residence (`_paired_outputs`)."""
         queued_first = bins[0].queued_at_start
         running_first = backlog - int(round(queued_first)) if queued_first is not None else backlog
         running_first = min(max(running_first, 0), len(requests))
@@ -543,8 +622,10 @@ class TrafficEstimator:
         chosen = [min(len(prompts) - 1, int(position * scale)) for position in range(len(paired))]
         for index, which in zip(paired, chosen, strict=True):
             out[index] = replace(out[index], input_tokens=max(1, prompts[which].tokens))
-        found = self._residence(prompts, bins, running_first, rng)
-        if found is not None:
+        found = self._residence(prompts, bins, running_first, rng) if live_target is None else None
+        if live_target is not None:
+            out = paired_to_live_context(out, live_target, rng)
+        elif found is not None:
             residence, bucket_of = found
             out = _paired_outputs(out, paired, residence[chosen], bucket_of[chosen])
         cached = [0] * len(out)

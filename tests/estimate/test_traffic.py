@@ -11,7 +11,10 @@ from advisor.estimate.traffic import (
     TrafficEstimator,
     TrafficSettings,
     admitted_prompts,
+    live_context,
+    paired_to_live_context,
 )
+from advisor.scheduler.types import RequestSpec
 
 PROMPT_BOUNDS = (1000.0, 4000.0, 16000.0, 64000.0, float("inf"))
 OUTPUT_BOUNDS = (128.0, 512.0, 2048.0, float("inf"))
@@ -254,6 +257,75 @@ def test_prompts_that_stay_longer_get_the_longer_outputs():
     assert np.mean(docs) > 3 * np.mean(chat)
     everything = [r.output_tokens for r in picture.requests]
     assert np.mean(everything) == pytest.approx((8 * 100 + 2 * 1000) / 10, rel=0.25)  # the histograms' mean
+
+
+def test_live_context_is_the_step_weighted_batch_length():
+    # a 100-token prompt decoding 2 tokens holds lengths 100, 101; a 1000-token one decoding 4 holds 1000..1003
+    requests = [RequestSpec(0.0, 100, 2, 16), RequestSpec(0.0, 1000, 4, 16)]
+    assert live_context(requests) == pytest.approx((2 * (100 + 1) + 4 * (1000 + 2)) / 6)
+    assert live_context([]) is None
+
+
+def _mixed(rng, n, docs_talk_longer):
+    """Chat (300-900-token prompts) and documents (30,000, one in five): the long outputs (800-1200 tokens) are the
+    documents', or, the other way round, the chat's (three turns in four) while documents answer shortly."""
+    out = []
+    for index in range(n):
+        doc = index % 5 == 0
+        long_output = doc if docs_talk_longer else (not doc and index % 4 != 0)
+        out.append(RequestSpec(float(index), 30000 if doc else int(rng.integers(300, 900)),
+                               int(rng.integers(800, 1200)) if long_output else int(rng.integers(50, 150)),
+                               UNSET_MAX_NEW_TOKENS))
+    return out
+
+
+@pytest.mark.parametrize("docs_talk_longer", [True, False])
+def test_outputs_are_dealt_to_the_prompts_that_make_the_shown_batch_length(docs_talk_longer):
+    rng = np.random.default_rng(3)
+    truth = _mixed(rng, 500, docs_talk_longer)
+    outputs = rng.permutation([r.output_tokens for r in truth])  # what the histograms give: no pairing
+    drawn = [replace(r, output_tokens=int(o)) for r, o in zip(truth, outputs, strict=True)]
+    target = live_context(truth)
+    dealt = paired_to_live_context(drawn, target, np.random.default_rng(0))
+    assert sorted(r.output_tokens for r in dealt) == sorted(outputs)  # the histograms' distribution, exactly
+    assert [r.input_tokens for r in dealt] == [r.input_tokens for r in truth]
+    assert live_context(dealt) == pytest.approx(target, rel=0.1)
+    assert abs(live_context(drawn) - target) > 0.2 * target  # the drawn pairing was far off
+    docs = np.mean([r.output_tokens for r in dealt if r.input_tokens == 30000])
+    chat = np.mean([r.output_tokens for r in dealt if r.input_tokens < 30000])
+    assert (docs > 2 * chat) if docs_talk_longer else (chat > 2 * docs)
+
+
+def test_a_batch_length_the_drawn_pairing_already_makes_keeps_it():
+    rng = np.random.default_rng(5)
+    drawn = [RequestSpec(float(k), int(rng.integers(100, 20000)), int(rng.integers(10, 2000)), UNSET_MAX_NEW_TOKENS)
+             for k in range(300)]
+    assert paired_to_live_context(drawn, live_context(drawn), rng) == drawn
+
+
+def test_the_scrapes_running_batch_length_pairs_the_pictures_outputs():
+    """Chat and documents finish in the interval they came, so their stays say nothing; the running batch's mean
+    length (decode_sum_seq_lens / num_running_reqs) says the documents hold long sequences: they get the long
+    outputs. Checkpointed bins keep what the scrapes showed."""
+    traffic = TrafficEstimator(TrafficSettings(window_seconds=900))
+    traffic.observe_interval(0.0, 15.0, finished=0, in_system=0, queued=0)
+    truth = [RequestSpec(0.0, 600, 100, 16)] * 8 + [RequestSpec(0.0, 30000, 1000, 16)] * 2
+    batch_length = live_context(truth)
+    for index in range(40):
+        traffic.observe_admissions([[1, 600, 0]] * 8 + [[1, 30000, 0]] * 2, chunk_tokens=None)
+        traffic.observe_interval(15.0 * (index + 1), 15.0, finished=10, in_system=0, queued=0,
+                                 prompt_bounds=PROMPT_BOUNDS, prompt_counts=[8, 0, 0, 2, 0],
+                                 prompt_sum=8 * 600 + 2 * 30000, generation_bounds=OUTPUT_BOUNDS,
+                                 generation_counts=[8, 0, 2, 0], generation_sum=8 * 100 + 2 * 1000,
+                                 live_seq_tokens=batch_length * 6, live_running=6)
+    picture = traffic.picture(seed=4)
+    assert picture is not None
+    docs = [r.output_tokens for r in picture.requests if r.input_tokens > 10000]
+    chat = [r.output_tokens for r in picture.requests if r.input_tokens <= 10000]
+    assert np.mean(docs) > 3 * np.mean(chat)
+    assert live_context(picture.requests) == pytest.approx(batch_length, rel=0.1)
+    restored = TrafficEstimator.from_dict(traffic.to_dict())
+    assert restored.picture(seed=4) == picture
 
 
 def test_prefix_hits_without_request_logs_become_conversations():
