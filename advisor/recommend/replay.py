@@ -39,6 +39,9 @@ class ReplaySettings:
     # A restart for safety alone: the worst score within this factor of the live and the chosen ratios (a cliff
     # this close to the live ratio is worth moving away from; one further off is the plateau's business).
     cliff_margin: float = 1.25
+    # A move already advised for a cliff stands while the cliff stays within this wider margin: where the cliff
+    # sits near the margin's edge, each replay's draw of it would otherwise start and stop the advice in turn.
+    cliff_keep_margin: float = 1.4
     # A sharp optimum (a plateau of one candidate) is bracketed again this many times, at half the step each
     # time: near a knife-edge a tenth off in r costs a tenth of the goodput.
     sharp_refinements: int = 2
@@ -47,9 +50,11 @@ class ReplaySettings:
 
     def __post_init__(self) -> None:
         if (not self.span > 1 or self.points < 3 or not 0 <= self.warmup_fraction < 1 or self.edge_margin < 1
-                or self.min_move < 1 or self.cliff_margin < 1 or self.sharp_refinements < 0):
+                or self.min_move < 1 or self.cliff_margin < 1 or self.cliff_keep_margin < self.cliff_margin
+                or self.sharp_refinements < 0):
             raise ValueError("replay: span must be > 1, points >= 3, warmup_fraction in [0, 1), edge_margin, "
-                             "min_move and cliff_margin >= 1, sharp_refinements >= 0")
+                             "min_move and cliff_margin >= 1, cliff_keep_margin >= cliff_margin, "
+                             "sharp_refinements >= 0")
 
 
 @dataclass(frozen=True)
@@ -90,6 +95,9 @@ class ReplayCurve:
     # much closer): a live ratio that serves well only because it sits just inside a cliff scores low here.
     live_robust_goodput: float | None
     chosen_robust_goodput: float | None
+    # The same within the wider keep margin: what keeps a move advised for a cliff standing.
+    live_keep_robust_goodput: float | None = None
+    chosen_keep_robust_goodput: float | None = None
 
     @property
     def gain(self) -> float | None:
@@ -105,6 +113,13 @@ class ReplayCurve:
         if not self.live_robust_goodput or self.chosen_robust_goodput is None:
             return None
         return self.chosen_robust_goodput / self.live_robust_goodput
+
+    @property
+    def keep_robust_gain(self) -> float | None:
+        """`robust_gain` within the keep margin: while it holds, an advised move away from a cliff stands."""
+        if not self.live_keep_robust_goodput or self.chosen_keep_robust_goodput is None:
+            return None
+        return self.chosen_keep_robust_goodput / self.live_keep_robust_goodput
 
     @property
     def width_ratio(self) -> float:
@@ -229,9 +244,8 @@ def replay_curve(
     hold_lower = min(plateau[0] * settings.edge_margin, chosen / settings.min_move)
     hold_upper = max(plateau[-1] / settings.edge_margin, chosen * settings.min_move)
 
-    def robust(r: float) -> float:
-        return min(_interpolated(scores, r / settings.cliff_margin), _interpolated(scores, r),
-                   _interpolated(scores, r * settings.cliff_margin))
+    def robust(r: float, margin: float = settings.cliff_margin) -> float:
+        return min(_interpolated(scores, r / margin), _interpolated(scores, r), _interpolated(scores, r * margin))
 
     points = [
         CurvePoint(
@@ -251,5 +265,8 @@ def replay_curve(
         step_time=server.cost.to_dict(), hold_lower=hold_lower, hold_upper=hold_upper,
         live_robust_goodput=robust(live_ratio) if live_ratio is not None and live_ratio > 0 else None,
         chosen_robust_goodput=robust(chosen),
+        live_keep_robust_goodput=(robust(live_ratio, settings.cliff_keep_margin)
+                                  if live_ratio is not None and live_ratio > 0 else None),
+        chosen_keep_robust_goodput=robust(chosen, settings.cliff_keep_margin),
     )
 

@@ -176,8 +176,8 @@ def _curve(points, chosen, live, lower, upper, prior, margin=None):
             for r, g in points]
     goodput = dict(points)
 
-    def robust(r):  # within the replay's cliff margin
-        return min(_interpolated(goodput, x) for x in (r / 1.25, r, r * 1.25))
+    def robust(r, margin=1.25):  # within the replay's cliff margin (1.4: its keep margin)
+        return min(_interpolated(goodput, x) for x in (r / margin, r, r * margin))
 
     hold = (min(lower * margin, chosen / 1.1), max(upper / margin, chosen * 1.1)) if margin else (lower, upper)
     return ReplayCurve(points=made, chosen_ratio=chosen, best_ratio=chosen, prior_ratio=prior, width_lower=lower,
@@ -185,7 +185,9 @@ def _curve(points, chosen, live, lower, upper, prior, margin=None):
                        source="test", live_goodput=goodput[live], chosen_goodput=goodput[chosen],
                        step_time={"decode_base_seconds": 0.02}, hold_lower=hold[0], hold_upper=hold[1],
                        live_robust_goodput=robust(live) if margin else None,
-                       chosen_robust_goodput=robust(chosen) if margin else None)
+                       chosen_robust_goodput=robust(chosen) if margin else None,
+                       live_keep_robust_goodput=robust(live, 1.4) if margin else None,
+                       chosen_keep_robust_goodput=robust(chosen, 1.4) if margin else None)
 
 
 @pytest.mark.parametrize(
@@ -246,6 +248,23 @@ def test_a_live_ratio_next_to_a_cliff_moves_though_the_observed_traffic_did_not_
     picture.replay = _curve(flat, 2.5, live=0.9, lower=0.5, upper=6.0, prior=2.5, margin=1.5)
     rec = recommend(model(strategy="extra_buffer_lazy", mamba_full_memory_ratio=0.9), picture, RecommenderSettings())
     assert (rec.decision, rec.reason_code) == ("hold", "inside_bounds")
+
+
+def test_a_move_advised_for_a_cliff_stands_while_the_cliff_stays_within_the_wider_keep_margin():
+    """The cliff sits between 0.6 and 0.7, just past the margin below the live 0.9: a fresh look holds, but a
+    raise already advised for it stands (the next replay's draw of the cliff would otherwise flip it back)."""
+    est, now = run([[(8192, 1024)] * 600])
+    points = [(0.5, 600.0), (0.6, 700.0), (0.7, 1000.0), (0.9, 1000.0), (1.5, 1000.0), (2.5, 1000.0), (4.0, 1000.0)]
+
+    def decide(previous):
+        picture = picture_of(est, now)
+        picture.replay = _curve(points, 1.5, live=0.9, lower=0.7, upper=4.0, prior=1.5, margin=1.5)
+        return recommend(model(strategy="extra_buffer_lazy", mamba_full_memory_ratio=0.9), picture,
+                         RecommenderSettings(), previous_decision=previous).decision
+
+    assert decide(None) == "hold" and decide("hold") == "hold"
+    assert decide("raise_ratio") == "raise_ratio"
+    assert decide("lower_ratio") == "hold"
 
 
 def test_while_the_replay_warms_up_the_advisor_waits_instead_of_deciding_on_the_prior():
