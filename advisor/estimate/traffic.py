@@ -22,7 +22,7 @@ import math
 import operator
 from array import array
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, NamedTuple
 
@@ -38,6 +38,10 @@ PREFIX_MATCH_SLACK = 256
 # The longest gap between a matched prefix and an earlier prompt still read as that turn's output
 # (SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION's default, managers/schedule_policy.py).
 TURN_OUTPUT_CAP = 4096
+# How the age of an earlier turn weighs against it as the previous turn of a conversation: a minute old costs as
+# much as a gap one e-fold less likely (a session's next turn follows its previous one's end by the client's
+# think or tool time).
+TURN_GAP_SECONDS = 60.0
 # A prompt bucket's outputs are rescaled by its mean residence only when this many of its requests finished.
 MIN_BUCKET_FINISHES = 5
 
@@ -275,24 +279,52 @@ def conversations_from_hits(requests: list[RequestSpec], cached: Sequence[int]) 
     turn whole (prompt + output), so the earlier request with the longest prompt below the match, within an
     output's length of it and not yet continued, is taken as the previous turn, and its output is what closes
     the gap; `prefix_groups` then makes the conversations. Any other match stays a shared prefix."""
-    if not any(c > 0 for c in cached):
-        return requests
+    linked, _ = _linked_turns(requests, cached)
+    return _with_prefix_groups(linked, cached)
+
+
+def _linked_turns(requests: list[RequestSpec], cached: Sequence[int]) -> tuple[list[RequestSpec], set[int]]:
+    """The requests with each continued turn's output closing the gap to its continuation's matched prefix (see
+    `conversations_from_hits`), and the indices of those continued turns.
+
+    The previous turn is the earlier request, not yet continued, whose prompt lies below the match by a length
+    the outputs make likely and which came recently: among the candidates (prompts within the longest output
+    below the match) the one with the highest log-likelihood of its gap under the drawn outputs' log-normal fit,
+    less its age over TURN_GAP_SECONDS. The nearest prompt below the match alone would pick the last turns of
+    sessions long over, whose prompts pile up over the window, and read their short gaps as outputs."""
     out = list(requests)
+    continued: set[int] = set()
+    if not any(c > 0 for c in cached):
+        return out, continued
+    log_outputs = np.log(np.maximum(1.0, np.asarray([r.output_tokens for r in requests], dtype=float)))
+    centre, spread = float(log_outputs.mean()), max(float(log_outputs.std()), 0.1)
     open_prompts: list[tuple[int, int]] = []  # (prompt tokens, index) of turns not yet continued, sorted
     # a turn's output is at most what the histograms drew, or SGLang's clipped max_new_tokens estimate
     longest_output = max(max((r.output_tokens for r in requests), default=1), TURN_OUTPUT_CAP)
     for index, spec in enumerate(out):
         hit = cached[index]
         if hit > 0:
-            position = bisect.bisect_left(open_prompts, (hit, -1)) - 1
-            if position >= 0 and hit - open_prompts[position][0] < longest_output:
-                prompt, parent = open_prompts.pop(position)
+            low = bisect.bisect_left(open_prompts, (hit - longest_output + 1, -1))
+            high = bisect.bisect_left(open_prompts, (hit, -1))
+            if high > low:
+                candidates = open_prompts[low:high]
+                gaps = np.log(np.asarray([hit - prompt + 1 for prompt, _ in candidates], dtype=float))
+                ages = np.asarray([spec.time - out[parent].time for _, parent in candidates], dtype=float)
+                score = -0.5 * ((gaps - centre) / spread) ** 2 - gaps - ages / TURN_GAP_SECONDS
+                prompt, parent = open_prompts.pop(low + int(np.argmax(score)))
                 out[parent] = replace(out[parent], output_tokens=max(1, hit - prompt + 1))
+                continued.add(parent)
         bisect.insort(open_prompts, (spec.input_tokens, index))
+    return out, continued
+
+
+def _with_prefix_groups(requests: list[RequestSpec], cached: Sequence[int]) -> list[RequestSpec]:
+    if not any(c > 0 for c in cached):
+        return requests
     records = [ExactRequest(arrival=r.time, input_tokens=r.input_tokens, output_tokens=r.output_tokens,
                             cached_tokens=min(c, max(0, r.input_tokens - 1)))
-               for r, c in zip(out, cached, strict=True)]
-    return prefix_groups(records, out)
+               for r, c in zip(requests, cached, strict=True)]
+    return prefix_groups(records, requests)
 
 
 def prefix_groups(records: Sequence[ExactRequest], requests: Sequence[RequestSpec]) -> list[RequestSpec]:
@@ -383,7 +415,7 @@ PAIRING_STEPS = 25
 
 
 def paired_to_live_context(requests: list[RequestSpec], target: float, rng: np.random.Generator,
-                           ) -> list[RequestSpec]:
+                           keep: Collection[int] = ()) -> list[RequestSpec]:
     """The drawn outputs dealt out again over the prompts so that the replay's running batch holds the mean
     sequence length the server showed (`target`, its decode_sum_seq_lens over num_running_reqs). The histograms
     give the outputs' distribution but not which prompt each belongs to, and that pairing sets how much KV the
@@ -391,28 +423,36 @@ def paired_to_live_context(requests: list[RequestSpec], target: float, rng: np.r
     Each request is weighed by log output + beta * (its prompt's z-score in log tokens) * sd(log output); the
     drawn outputs, sorted, go to the requests in the order of that weight, and beta (0 = the drawn pairing,
     > 0 long prompts get long outputs, < 0 short ones) is the one whose batch length comes nearest the target.
-    The outputs' distribution stays exactly the histograms'."""
-    if len(requests) < 3:
+    The outputs' distribution stays exactly the histograms'. Requests in `keep` (turns whose output their
+    continuation's matched prefix fixed) keep theirs and count towards the batch length as they are."""
+    free = np.asarray([index for index in range(len(requests)) if index not in keep], dtype=int)
+    if len(free) < 3 or not target > 0:
         return requests
-    prompts = np.log(np.asarray([max(1, r.input_tokens) for r in requests], dtype=float))
-    drawn = np.asarray([r.output_tokens for r in requests], dtype=float)
+    prompts = np.log(np.asarray([max(1, requests[index].input_tokens) for index in free], dtype=float))
+    drawn = np.asarray([requests[index].output_tokens for index in free], dtype=float)
     log_outputs = np.log(np.maximum(drawn, 1.0))
-    if prompts.std() <= 0 or log_outputs.std() <= 0 or not target > 0:
+    if prompts.std() <= 0 or log_outputs.std() <= 0:
         return requests
+    kept = [requests[index] for index in range(len(requests)) if index in keep]
+    kept_outputs = float(sum(r.output_tokens for r in kept))
+    kept_steps = float(sum(r.output_tokens * (r.input_tokens + r.output_tokens / 2) for r in kept))
     propensity = (prompts - prompts.mean()) / prompts.std() * log_outputs.std()
-    ties = rng.random(len(requests))  # breaks ties among equal weights without favouring arrival order
+    ties = rng.random(len(free))  # breaks ties among equal weights without favouring arrival order
     ranked = np.sort(drawn)
     prompt_tokens = np.exp(prompts)
     best_dealt, best_gap = drawn, math.inf
     for beta in np.linspace(-PAIRING_STRENGTH, PAIRING_STRENGTH, PAIRING_STEPS):
         dealt = np.empty_like(drawn)
         dealt[np.lexsort((ties, log_outputs + beta * propensity))] = ranked
-        batch_length = float((dealt * (prompt_tokens + dealt / 2)).sum() / dealt.sum())
+        batch_length = (float((dealt * (prompt_tokens + dealt / 2)).sum()) + kept_steps) / (dealt.sum() + kept_outputs)
         gap = abs(batch_length - target)
         if gap < best_gap - 1e-9 or (abs(gap - best_gap) <= 1e-9 and abs(beta) < 1e-9):
             best_dealt, best_gap = dealt, gap
-    return [replace(r, output_tokens=max(1, int(tokens))) if int(tokens) != r.output_tokens else r
-            for r, tokens in zip(requests, best_dealt, strict=True)]
+    out = list(requests)
+    for index, tokens in zip(free, best_dealt, strict=True):
+        if int(tokens) != out[index].output_tokens:
+            out[index] = replace(out[index], output_tokens=max(1, int(tokens)))
+    return out
 
 
 class TrafficEstimator:
@@ -623,15 +663,16 @@ class TrafficEstimator:
         for index, which in zip(paired, chosen, strict=True):
             out[index] = replace(out[index], input_tokens=max(1, prompts[which].tokens))
         found = self._residence(prompts, bins, running_first, rng) if live_target is None else None
-        if live_target is not None:
-            out = paired_to_live_context(out, live_target, rng)
-        elif found is not None:
+        if found is not None:
             residence, bucket_of = found
             out = _paired_outputs(out, paired, residence[chosen], bucket_of[chosen])
         cached = [0] * len(out)
         for index, which in zip(paired, chosen, strict=True):
             cached[index] = prompts[which].cached
-        return conversations_from_hits(out, cached)
+        out, continued = _linked_turns(out, cached)
+        if live_target is not None:
+            out = paired_to_live_context(out, live_target, rng, keep=continued)
+        return _with_prefix_groups(out, cached)
 
     def _residence(self, prompts: list[AdmittedPrompt], bins: Sequence[TrafficBin], running_first: int,
                    rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray] | None:

@@ -296,6 +296,28 @@ def test_outputs_are_dealt_to_the_prompts_that_make_the_shown_batch_length(docs_
     assert (docs > 2 * chat) if docs_talk_longer else (chat > 2 * docs)
 
 
+def test_outputs_a_continuation_fixed_are_kept_and_counted():
+    """Turns whose output their next turn's matched prefix fixed keep it; the rest are dealt so that the whole
+    batch, kept turns included, meets the shown length. Here the free turns' drawn pairing alone makes it, so
+    only the kept chat turns' pull (long outputs on short prompts) moves the others': the documents take the
+    long outputs to make up for it."""
+    rng = np.random.default_rng(4)
+    truth = _mixed(rng, 400, docs_talk_longer=True)
+    outputs = rng.permutation([r.output_tokens for r in truth])
+    drawn = [replace(r, output_tokens=int(o)) for r, o in zip(truth, outputs, strict=True)]
+    keep = {k for k in range(400) if k % 5 != 0 and k % 3 == 0}  # chat turns
+    free = [r for k, r in enumerate(drawn) if k not in keep]
+    target = live_context(free)
+    assert paired_to_live_context(free, target, np.random.default_rng(0)) == free  # alone: nothing to change
+    fixed = [replace(r, output_tokens=1000) if k in keep else r for k, r in enumerate(drawn)]
+    assert live_context(fixed) < 0.6 * target
+    dealt = paired_to_live_context(fixed, target, np.random.default_rng(0), keep=keep)
+    assert all(dealt[k].output_tokens == 1000 for k in keep)
+    assert sorted(r.output_tokens for k, r in enumerate(dealt) if k not in keep) == sorted(
+        r.output_tokens for r in free)
+    assert live_context(dealt) == pytest.approx(target, rel=0.1)
+
+
 def test_a_batch_length_the_drawn_pairing_already_makes_keeps_it():
     rng = np.random.default_rng(5)
     drawn = [RequestSpec(float(k), int(rng.integers(100, 20000)), int(rng.integers(10, 2000)), UNSET_MAX_NEW_TOKENS)
@@ -347,6 +369,22 @@ def test_prefix_hits_without_request_logs_become_conversations():
     assert out[2].extends_prefix and out[2].prefix_tokens == 1200 and out[4].prefix_tokens == 1800
     assert out[5].prefix_group == "shared-64" and not out[5].extends_prefix
     assert conversations_from_hits(requests, [0] * len(requests)) == requests
+
+
+def test_a_turn_continues_a_recent_conversation_not_the_last_turn_of_one_long_over():
+    """An ended session's last turn lingers with a prompt just below a live session's next match; the live
+    session's previous turn, a likely output length below the match and seconds old, is the one continued."""
+    from advisor.estimate.traffic import conversations_from_hits
+
+    turns = [  # (time, prompt, matched prefix, drawn output)
+        (0.0, 7150, 0, 200),  # a session's last turn, never continued: nearer below the match
+        (290.0, 7000, 0, 200),  # the live session's turn ...
+        (295.0, 7700, 7201, 200),  # ... continued by this one (its output was 202 tokens)
+    ] + [(300.0 + k, 300 + 10 * k, 0, 150 + 20 * k) for k in range(10)]  # other traffic: the outputs' spread
+    requests = [RequestSpec(t, p, o, UNSET_MAX_NEW_TOKENS) for t, p, _, o in turns]
+    out = conversations_from_hits(requests, [c for _, _, c, _ in turns])
+    assert out[1].output_tokens == 202 and out[0].output_tokens == 200
+    assert out[1].prefix_group == out[2].prefix_group is not None and out[0].prefix_group is None
 
 
 def test_each_dp_rank_continues_its_own_chunks():
