@@ -125,9 +125,9 @@ class _Req:
         "finish_step",
     )
 
-    def __init__(self, index: int, rid: str, spec: RequestSpec, max_new: int) -> None:
+    def __init__(self, index: int, rid: str | None, spec: RequestSpec, max_new: int) -> None:
         self.index = index
-        self.rid = rid
+        self.rid = rid  # None: the worker's own numbering, spelt out when the request leaves
         self.arrival = spec.time
         self.input_tokens = max(1, spec.input_tokens)
         self.max_new = max(1, max_new)
@@ -153,14 +153,14 @@ class _Req:
         return self.input_tokens + self.generated
 
 
-@dataclass
+@dataclass(slots=True)
 class _Prefill:
     start: float
     end: float
     parts: list[tuple[_Req, int]]  # (request, tokens prefilled this batch)
 
 
-@dataclass
+@dataclass(slots=True)
 class _Decode:
     t0: float  # clock at the segment start
     s0: int  # decode-step counter at the segment start
@@ -227,6 +227,8 @@ class Simulator:
         # DCP: the allocator's virtual locations span kv_tokens * dcp_size
         # (mem_cache/kv_cache_configurator.py), one logical token per sequence position.
         self.capacity = split.kv_capacity_tokens * self.dcp
+        self._context_len = server.model_context_len
+        self._max_req_len = min(self._context_len - 1, self.capacity - 1)
         self.draft = serving.draft_tokens if spec_enabled(serving) else 0
         self.draft_kv = self.draft  # KV each running request holds for its drafts
         self.cost = server.cost
@@ -247,6 +249,7 @@ class Simulator:
         self._source: Iterator[RequestSpec] = iter(source)
         self._arrival_index = 0  # index over the whole server's stream (round-robin DP)
         self._peek: RequestSpec | None = None
+        self._peek_time = math.inf  # the time of `_peek`, inf without one
         self._injected: list[tuple[float, int, RequestSpec, str]] = []
         self._inject_seq = 0
         self._issued = 0
@@ -302,27 +305,27 @@ class Simulator:
     def _advance_source(self) -> None:
         """Load the next arrival of this DP rank into `_peek`."""
         self._peek = None
+        self._peek_time = math.inf
+        if self.dp_size == 1:
+            spec = next(self._source, None)
+            if spec is not None:
+                self._arrival_index += 1
+                self._peek = spec
+                self._peek_time = spec.time
+            return
         for spec in self._source:
             index = self._arrival_index
             self._arrival_index += 1
             if index % self.dp_size == self.dp_rank:
                 self._peek = spec
+                self._peek_time = spec.time
                 return
 
     def _next_arrival_time(self) -> float:
-        best = self._peek.time if self._peek is not None else math.inf
+        best = self._peek_time
         if self._injected and self._injected[0][0] < best:
             best = self._injected[0][0]
         return best
-
-    def _pop_arrival(self) -> tuple[RequestSpec, str | None]:
-        if self._injected and (self._peek is None or self._injected[0][0] < self._peek.time):
-            _time, _seq, injected, rid = heapq.heappop(self._injected)
-            return injected, rid
-        peeked = self._peek
-        assert peeked is not None
-        self._advance_source()
-        return peeked, None
 
     def submit(self, spec: RequestSpec) -> str:
         """Inject one request (e.g. from an emulated HTTP client) arriving at max(spec.time, now).
@@ -351,10 +354,22 @@ class Simulator:
         Pulling early never changes a decision (the queue is read only when the scheduler decides,
         and a planned decode run already stops at the first arrival that could be admitted), so
         `advance` and the log ticks pull eagerly to report the queue as of their time."""
-        while self._next_arrival_time() <= until:
-            spec, rid = self._pop_arrival()
+        injected = self._injected
+        while True:
+            # an injected request first when it is strictly earlier than the source's next
+            rid: str | None = None
+            if injected and injected[0][0] < self._peek_time:
+                if injected[0][0] > until:
+                    return
+                _time, _seq, spec, rid = heapq.heappop(injected)
+            else:
+                if self._peek_time > until:
+                    return
+                spec = self._peek
+                assert spec is not None
+                self._advance_source()
             refused, max_new = self._admit_limits(spec)
-            req = _Req(self._issued, rid or self._rid(self._issued), spec, max_new)
+            req = _Req(self._issued, rid, spec, max_new)
             self._issued += 1
             self.acc.arrived += 1
             if refused:
@@ -373,19 +388,21 @@ class Simulator:
         i.e. a client without max_tokens, reads as 1 << 30) to max_req_len - input - 1 and to the
         empty pool, capacity - paged input - page - 1 (`scheduler.py` init_req_max_new_tokens
         2693-2736, `mem_cache/allocator/base.py` max_new_tokens_for_memory 88-105)."""
-        context = self.server.model_context_len
-        tokens = max(1, spec.input_tokens)
+        context = self._context_len
+        tokens = spec.input_tokens
+        if tokens < 1:
+            tokens = 1
         requested = spec.max_new_tokens
-        client_set = requested < UNSET_MAX_NEW_TOKENS
-        max_req_len = min(context - 1, self.capacity - 1)
-        paged = -(-tokens // self.page) * self.page
-        max_new = min(requested, max_req_len - tokens - 1, self.capacity - paged - self.page - 1)
+        max_req_len = self._max_req_len
+        page = self.page
+        paged = -(-tokens // page) * page
+        max_new = min(requested, max_req_len - tokens - 1, self.capacity - paged - page - 1)
         refused = (
             tokens >= context
-            or (client_set and tokens + requested > context)
+            or (requested < UNSET_MAX_NEW_TOKENS and tokens + requested > context)  # a client-set cap
             or tokens >= max_req_len - 5
         )
-        return refused, max(1, max_new)
+        return refused, max_new if max_new > 1 else 1
 
     # ------------------------------------------------------------------ pool accounting
 
@@ -864,7 +881,7 @@ class Simulator:
             events.append(
                 RequestFinished(
                     time=time,
-                    rid=req.rid,
+                    rid=req.rid if req.rid is not None else self._rid(req.index),
                     prompt_tokens=req.input_tokens,
                     completion_tokens=req.generated,
                     cached_tokens=req.cached_tokens,
