@@ -268,16 +268,27 @@ class Simulator:
         self._staged_seqs = 0
 
         capacity = self.clamp
-        self._gen_base = np.zeros(capacity, dtype=np.int64)
-        self._max_new = np.zeros(capacity, dtype=np.int64)
-        self._input = np.zeros(capacity, dtype=np.int64)
-        self._active = np.zeros(capacity, dtype=bool)
+        # per slot of the decode batch: generated - step at joining, max_new, input (0 when free)
+        self._gen_base = [0] * capacity
+        self._max_new = [0] * capacity
+        self._input = [0] * capacity
         self._slot_req: list[_Req | None] = [None] * capacity
         self._free_slots = list(range(capacity - 1, -1, -1))
         self._kv_own_base = 0  # sum over running of (own KV - step)
         self._seq_base = 0  # sum over running of (sequence length - step)
         self.n = 0
         self._finish_heap: list[tuple[int, int, int]] = []
+        # The running requests' reservation, sum of min(max_new - generated, CLIP) at step s, kept as it
+        # changes rather than summed per admission pass: a running request's remaining = max_new - gen_base
+        # - s falls by one per step, so its term is CLIP while remaining >= CLIP and remaining after. Those at
+        # the clip sit in a heap by max_new - gen_base (stale entries skipped by their join number).
+        self._clip_heap: list[tuple[int, int, int]] = []
+        self._clip_count = 0
+        self._below_count = 0  # requests below the clip
+        self._below_sum = 0  # sum of max_new - gen_base over those
+        self._slot_band = [0] * capacity  # 1 at the clip, 2 below it, 0 free
+        self._slot_join = [0] * capacity
+        self._joins = 0
 
         # radix prefix reuse: group -> prefix tokens (LRU order), and lock counts
         self._cached: OrderedDict[str, int] = OrderedDict()
@@ -634,11 +645,7 @@ class Simulator:
         ratio = self.ratio
         offset = 0.0
         if self.n:
-            remaining = self._max_new - self._gen_base
-            remaining -= step
-            np.minimum(remaining, CLIP_MAX_NEW_TOKENS, out=remaining)
-            np.maximum(remaining, 0, out=remaining)  # free slots hold -step
-            offset = float(remaining.sum()) * ratio
+            offset = float(self._reserved(step)) * ratio
         current_offset = 0.0
         room = self.capacity - self._used(step)  # available + evictable
         rem_chunk = self.server.chunked_prefill_size
@@ -836,14 +843,40 @@ class Simulator:
                 self._refs.pop(group, None)
                 excess -= 1
 
+    def _reserved(self, step: int) -> int:
+        """Sum over the running requests of min(max_new - generated, CLIP) at `step` (a running request never
+        passes its max_new: it leaves at its target, which is at most max_new)."""
+        heap = self._clip_heap
+        limit = step + CLIP_MAX_NEW_TOKENS
+        band, join = self._slot_band, self._slot_join
+        while heap and heap[0][0] < limit:
+            remaining_at_zero, joined, slot = heapq.heappop(heap)
+            if join[slot] == joined and band[slot] == 1:
+                band[slot] = 2
+                self._clip_count -= 1
+                self._below_count += 1
+                self._below_sum += remaining_at_zero
+        return CLIP_MAX_NEW_TOKENS * self._clip_count + self._below_sum - step * self._below_count
+
     def _join_running(self, req: _Req) -> None:
         slot = self._free_slots.pop()
         step = self.step
         self._slot_req[slot] = req
-        self._active[slot] = True
-        self._gen_base[slot] = req.generated - step
+        gen_base = req.generated - step
+        self._gen_base[slot] = gen_base
         self._max_new[slot] = req.max_new
         self._input[slot] = req.input_tokens
+        remaining_at_zero = req.max_new - gen_base
+        self._joins += 1
+        self._slot_join[slot] = self._joins
+        if remaining_at_zero - step >= CLIP_MAX_NEW_TOKENS:
+            self._slot_band[slot] = 1
+            self._clip_count += 1
+            heapq.heappush(self._clip_heap, (remaining_at_zero, self._joins, slot))
+        else:
+            self._slot_band[slot] = 2
+            self._below_count += 1
+            self._below_sum += remaining_at_zero
         self._kv_own_base += req.kv_own - step
         self._seq_base += req.fill_len - 1 - step
         req.slot = slot
@@ -855,11 +888,17 @@ class Simulator:
         """Take a request out of the decode batch at the current step; sync its counters."""
         slot = req.slot
         step = self.step
-        req.generated = int(self._gen_base[slot]) + step
+        req.generated = self._gen_base[slot] + step
         own = req.fill_len - 1 - req.shared
         self._kv_own_base -= own - step
         self._seq_base -= req.fill_len - 1 - step
-        self._active[slot] = False
+        band = self._slot_band[slot]
+        if band == 1:
+            self._clip_count -= 1
+        elif band == 2:
+            self._below_count -= 1
+            self._below_sum -= self._max_new[slot] - self._gen_base[slot]
+        self._slot_band[slot] = 0
         self._gen_base[slot] = 0
         self._max_new[slot] = 0
         self._input[slot] = 0
@@ -898,9 +937,10 @@ class Simulator:
     def _retract(self, events: list[SimEvent]) -> None:
         """retract_decode: pop requests (fewest output, then longest input) until the step fits."""
         step = self.step
-        slots = np.flatnonzero(self._active)
-        generated = self._gen_base[slots] + step
-        order = slots[np.lexsort((-self._input[slots], generated))]  # retract-first order
+        slots = np.array([slot for slot, running in enumerate(self._slot_req) if running is not None], dtype=np.int64)
+        generated = np.array(self._gen_base, dtype=np.int64)[slots] + step
+        inputs = np.array(self._input, dtype=np.int64)[slots]
+        order = slots[np.lexsort((-inputs, generated))]  # retract-first order
         before_available = self.capacity - self._used(step) - self._evictable
         ratio_before = self.ratio
         retracted: list[_Req] = []
@@ -923,9 +963,9 @@ class Simulator:
             retracted.append(req)
             if self._used(step) + self.n <= self.capacity:
                 break
-        kept = np.flatnonzero(self._active)
-        kept_generated = int((self._gen_base[kept] + step).sum())
-        kept_max_new = int(self._max_new[kept].sum())
+        kept = [slot for slot, running in enumerate(self._slot_req) if running is not None]
+        kept_generated = sum(self._gen_base[slot] + step for slot in kept)
+        kept_max_new = sum(self._max_new[slot] for slot in kept)
         self.ratio = min(1.0, (kept_generated + RETRACT_DECODE_STEPS * len(kept)) / (kept_max_new + 1))
         input_tokens = sum(r.input_tokens for r in retracted)
         output_tokens = sum(r.generated for r in retracted)
