@@ -94,6 +94,11 @@ DEFAULT_QUEUE_TIME_BOUND = 10.0
 GEN_THROUGHPUT_STALE_SECONDS = 30.0
 
 
+# A request that left, as a goodput run records it: (time, prompt tokens, completion tokens, queue time,
+# e2e latency, aborted).
+FinishedRecord = tuple[float, int, int, float, float, bool]
+
+
 def _event_time(event: SimEvent) -> float:
     return event.time
 
@@ -160,20 +165,26 @@ class _Prefill:
     parts: list[tuple[_Req, int]]  # (request, tokens prefilled this batch)
 
 
-@dataclass(slots=True)
 class _Decode:
-    t0: float  # clock at the segment start
-    s0: int  # decode-step counter at the segment start
-    n: int
-    a: float  # step j takes a + b*j seconds
-    b: float
-    k_plan: int
-    k_done: int
-    ratio0: float
-    decay_first: bool  # False right after a retraction: that step did not decay the ratio
-    mean_ctx0: float  # mean live context (per running request) at step 0
-    blocked: str | None  # 'state' / 'kv' when admission is blocked by that pool for the segment
-    queue_since: float  # from when the queue is non-empty (inf if it stays empty)
+    """A planned run of decode steps at a constant batch (a plain slotted class: one is built per run)."""
+
+    __slots__ = ("t0", "s0", "n", "a", "b", "k_plan", "k_done", "ratio0", "decay_first", "mean_ctx0", "blocked",
+                 "queue_since")
+
+    def __init__(self, t0: float, s0: int, n: int, a: float, b: float, k_plan: int, ratio0: float,
+                 decay_first: bool, mean_ctx0: float, blocked: str | None, queue_since: float) -> None:
+        self.t0 = t0  # clock at the segment start
+        self.s0 = s0  # decode-step counter at the segment start
+        self.n = n
+        self.a = a  # step j takes a + b*j seconds
+        self.b = b
+        self.k_plan = k_plan
+        self.k_done = 0
+        self.ratio0 = ratio0
+        self.decay_first = decay_first  # False right after a retraction: that step did not decay the ratio
+        self.mean_ctx0 = mean_ctx0  # mean live context (per running request) at step 0
+        self.blocked = blocked  # 'state' / 'kv' when admission is blocked by that pool for the segment
+        self.queue_since = queue_since  # from when the queue is non-empty (inf if it stays empty)
 
 
 @dataclass
@@ -229,6 +240,8 @@ class Simulator:
         self.capacity = split.kv_capacity_tokens * self.dcp
         self._context_len = server.model_context_len
         self._max_req_len = min(self._context_len - 1, self.capacity - 1)
+        self._chunked_prefill_size = server.chunked_prefill_size
+        self._max_prefill_tokens = server.max_prefill_tokens
         self.draft = serving.draft_tokens if spec_enabled(serving) else 0
         self.draft_kv = self.draft  # KV each running request holds for its drafts
         self.cost = server.cost
@@ -310,6 +323,9 @@ class Simulator:
         self._last_tick_time = 0.0
         self._last_tick_tokens = 0
         self._gen_throughput = 0.0
+        # When a list: requests that leave are appended to it as FinishedRecord tuples instead of being
+        # reported as RequestFinished events (a goodput run needs only these few fields of each).
+        self._finished_records: list[FinishedRecord] | None = None
 
     # ------------------------------------------------------------------ arrivals
 
@@ -422,7 +438,7 @@ class Simulator:
 
     def _used(self, step: int) -> int:
         """KV tokens locked (not evictable): running, prefilling, locked prefixes, drafts."""
-        return self._running_kv(step) + self._staged_kv + self._locked_prefix + self.n * self.draft_kv
+        return self._kv_own_base + self.n * (step + self.draft_kv) + self._staged_kv + self._locked_prefix
 
     def _evict(self, needed: int, step: int) -> None:
         """Evict unlocked cached prefixes (LRU first) until `needed` tokens are free."""
@@ -475,21 +491,24 @@ class Simulator:
         if until < self.now:
             return events
         while True:
-            if self._activity is None:
+            act = self._activity
+            if act is None:
                 self._decide(events, until)
-                if self._activity is None:
+                act = self._activity
+                if act is None:
                     # idle: wait for the next arrival
                     next_arrival = self._next_arrival_time()
                     if next_arrival > until:
                         break
                     self.clock = max(self.clock, next_arrival)
                     continue
-            act = self._activity
-            if isinstance(act, _Prefill):
+            if act.__class__ is _Prefill:
+                assert isinstance(act, _Prefill)
                 if act.end > until:
                     break
                 self._complete_prefill(act, events)
             else:
+                assert isinstance(act, _Decode)
                 if not self._run_decode(act, until, events):
                     break
         self._pull_arrivals(until, events)
@@ -621,7 +640,8 @@ class Simulator:
                     raise RuntimeError("simulator invariant: a chunked prefill formed no batch")
                 return
             decay_first = True
-            if self._used(self.step) + self.n > self.capacity:
+            n = self.n
+            if self._kv_own_base + n * (self.step + self.draft_kv + 1) + self._staged_kv + self._locked_prefix > self.capacity:
                 self._retract(events)
                 decay_first = False
                 if self.n == 0:
@@ -648,8 +668,8 @@ class Simulator:
             offset = float(self._reserved(step)) * ratio
         current_offset = 0.0
         room = self.capacity - self._used(step)  # available + evictable
-        rem_chunk = self.server.chunked_prefill_size
-        rem_input = self.server.max_prefill_tokens
+        rem_chunk = self._chunked_prefill_size
+        rem_input = self._max_prefill_tokens
         page = self.page
         batch: list[tuple[_Req, int]] = []
         admitted = 0
@@ -695,7 +715,7 @@ class Simulator:
                 prefix = self._cached[req.group]
                 if self._refs.get(req.group, 0) == 0:
                     pinned = prefix  # _lock_node: a matched prefix is not evictable during selection
-            extend = req.fill_len - prefix
+            extend = req.input_tokens + req.generated - prefix  # fill_len - prefix
             max_new_left = min(max(req.max_new - req.generated, 0), CLIP_MAX_NEW_TOKENS)
             total_tokens = extend + max_new_left + page
             if total_tokens >= room - pinned - offset:
@@ -740,7 +760,6 @@ class Simulator:
         tokens = 0
         attention = 0.0
         cached = 0
-        staged = {id(req) for req, _ in batch}
         for req, take in batch:
             done_before = req.prefix_len + req.computed
             attention += take * (done_before + take / 2)
@@ -749,10 +768,12 @@ class Simulator:
                 cached += req.prefix_len
             req.computed += take
             req.kv_own += take
-            self._staged_kv += take
-        self._staged_seqs = len(staged)
-        self._evict(0, self.step)
-        self._fit_cached_states()
+        self._staged_kv += tokens
+        self._staged_seqs = len(batch)  # a request is in a batch once
+        if self._evictable:
+            self._evict(0, self.step)
+        if self._cached:
+            self._fit_cached_states()
         duration = self.cost.prefill_seconds(tokens, attention)
         self.prefill_compute_total += tokens
         if self.log_lines:
@@ -878,7 +899,7 @@ class Simulator:
             self._below_count += 1
             self._below_sum += remaining_at_zero
         self._kv_own_base += req.kv_own - step
-        self._seq_base += req.fill_len - 1 - step
+        self._seq_base += req.input_tokens + req.generated - 1 - step  # fill_len - 1 - step
         req.slot = slot
         req.finish_step = req.target - req.generated + step
         heapq.heappush(self._finish_heap, (req.finish_step, req.index, slot))
@@ -889,9 +910,9 @@ class Simulator:
         slot = req.slot
         step = self.step
         req.generated = self._gen_base[slot] + step
-        own = req.fill_len - 1 - req.shared
-        self._kv_own_base -= own - step
-        self._seq_base -= req.fill_len - 1 - step
+        sequence = req.input_tokens + req.generated - 1  # fill_len - 1
+        self._kv_own_base -= sequence - req.shared - step
+        self._seq_base -= sequence - step
         band = self._slot_band[slot]
         if band == 1:
             self._clip_count -= 1
@@ -916,7 +937,10 @@ class Simulator:
             self.aborted_total += 1
         else:
             self.generation_tokens_total += req.generated
-        if events is not None:
+        records = self._finished_records
+        if records is not None:
+            records.append((time, req.input_tokens, req.generated, req.queue_time, time - req.arrival, aborted))
+        else:
             events.append(
                 RequestFinished(
                     time=time,
@@ -1069,32 +1093,23 @@ class Simulator:
             queue_since = self.clock
         else:
             queue_since = self._next_arrival_time()
-        self._activity = _Decode(
-            t0=self.clock,
-            s0=step,
-            n=n,
-            a=a,
-            b=b,
-            k_plan=k_plan,
-            k_done=0,
-            ratio0=self.ratio,
-            decay_first=decay_first,
-            mean_ctx0=mean_ctx0,
-            blocked=blocked,
-            queue_since=queue_since,
-        )
+        self._activity = _Decode(self.clock, step, n, a, b, k_plan, self.ratio, decay_first, mean_ctx0, blocked,
+                                 queue_since)
 
     def _run_decode(self, act: _Decode, until: float, events: list[SimEvent]) -> bool:
         """Advance the planned decode run up to `until`; True when it completed."""
-        k_new = self._steps_within(act.a, act.b, act.t0, until, act.k_plan)
+        k_plan = act.k_plan
+        a, b = act.a, act.b
+        end = act.t0 + (k_plan * a + b * k_plan * (k_plan - 1) / 2)  # t0 + _elapsed(a, b, k_plan)
+        k_new = k_plan if end <= until else self._steps_within(a, b, act.t0, until, k_plan)
         if k_new > act.k_done:
             self._decode_progress(act, act.k_done, k_new, events)
             act.k_done = k_new
             self.step = act.s0 + k_new
-        if act.k_done < act.k_plan:
+        if act.k_done < k_plan:
             return False
-        self.clock = act.t0 + self._elapsed(act.a, act.b, act.k_plan)
-        self.ratio = self._ratio_after(act, act.k_plan)
+        self.clock = end
+        self.ratio = self._ratio_after(act, k_plan)
         self._activity = None
         self._finish_due(events)
         return True
@@ -1102,8 +1117,8 @@ class Simulator:
     def _decode_progress(self, act: _Decode, j1: int, j2: int, events: list[SimEvent]) -> None:
         n = act.n
         a, b = act.a, act.b
-        t_start = act.t0 + self._elapsed(a, b, j1)
-        t_end = act.t0 + self._elapsed(a, b, j2)
+        t_start = act.t0 + (j1 * a + b * j1 * (j1 - 1) / 2)  # t0 + _elapsed(a, b, j1)
+        t_end = act.t0 + (j2 * a + b * j2 * (j2 - 1) / 2)
         dt = t_end - t_start
         count = j2 - j1
         sum_j = (j2 * (j2 - 1) - j1 * (j1 - 1)) // 2
@@ -1244,10 +1259,11 @@ def _run_worker(
     dp_size: int,
     arrivals: Iterable[RequestSpec] | None,
     chunk_seconds: float = 60.0,
-) -> tuple[Simulator, SimAccumulators, SimAccumulators, list[RequestFinished]]:
+) -> tuple[Simulator, SimAccumulators, SimAccumulators, list[FinishedRecord]]:
     sim = Simulator(server, workload, seed=seed, dp_rank=dp_rank, dp_size=dp_size, arrivals=arrivals,
                     log_lines=False)
-    finished: list[RequestFinished] = []
+    records: list[FinishedRecord] = []
+    sim._finished_records = records
     start_acc = sim.accumulators()
     t = 0.0
     marks = sorted({warmup, duration})
@@ -1256,14 +1272,13 @@ def _run_worker(
         for mark in marks:
             if t < mark < nxt:
                 nxt = mark
-        for event in sim.advance(nxt):
-            if isinstance(event, RequestFinished) and event.time >= warmup:
-                finished.append(event)
+        sim.advance(nxt)
         t = nxt
         if t == warmup and warmup > 0:
             start_acc = sim.accumulators()
     end_acc = sim.accumulators()
-    return sim, start_acc, end_acc, finished
+    # Completed requests leave at the (monotonic) clock, so their records are in time order as the events'.
+    return sim, start_acc, end_acc, [record for record in records if record[0] >= warmup]
 
 
 def simulate(
@@ -1301,19 +1316,20 @@ def simulate(
     ]
     first = workers[0][0]
     measured = duration - warmup
-    finished = [e for w in workers for e in w[3]]
-    completed = [e for e in finished if not e.aborted]
-    queue_times = [e.queue_time for e in completed]
+    finished = [record for w in workers for record in w[3]]
+    # (time, prompt tokens, completion tokens, queue time, e2e latency) of the completed
+    completed = [record[:5] for record in finished if not record[5]]
+    queue_times = [queue_time for _, _, _, queue_time, _ in completed]
     span = sum(max(end.clock - start.clock, 1e-12) for _, start, end, _ in workers)
 
     def delta(name: str) -> float:
         return float(sum(getattr(end, name) - getattr(start, name) for _, start, end, _ in workers))
 
     busy = delta("busy_seconds")
-    output_tokens = sum(e.completion_tokens for e in completed)
-    slo_tokens = sum(e.completion_tokens for e in completed if e.queue_time <= queue_time_bound)
+    output_tokens = sum(completion for _, _, completion, _, _ in completed)
+    slo_tokens = sum(completion for _, _, completion, queue_time, _ in completed if queue_time <= queue_time_bound)
     mean_context = (
-        float(np.mean([e.prompt_tokens + e.completion_tokens for e in completed])) if completed else 0.0
+        float(np.mean([prompt + completion for _, prompt, completion, _, _ in completed])) if completed else 0.0
     )
     formula = None
     if mean_context > 0:
@@ -1351,7 +1367,7 @@ def simulate(
         arrived_requests=int(sum(w[2].arrived for w in workers)),
         aborted_requests=len(finished) - len(completed),
         in_system_at_end=sum(w[0].in_system() for w in workers),
-        mean_e2e_latency=float(np.mean([e.e2e_latency for e in completed])) if completed else 0.0,
+        mean_e2e_latency=float(np.mean([e2e for _, _, _, _, e2e in completed])) if completed else 0.0,
     )
 
 
