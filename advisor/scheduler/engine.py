@@ -134,11 +134,14 @@ class _Req:
         self.index = index
         self.rid = rid  # None: the worker's own numbering, spelt out when the request leaves
         self.arrival = spec.time
-        self.input_tokens = max(1, spec.input_tokens)
-        self.max_new = max(1, max_new)
-        self.target = max(1, min(spec.output_tokens, self.max_new))
-        self.group = spec.prefix_group
-        self.prefix_tokens = min(spec.prefix_tokens, self.input_tokens - 1) if spec.prefix_group else 0
+        tokens = spec.input_tokens
+        self.input_tokens = tokens = tokens if tokens > 1 else 1
+        self.max_new = max_new = max_new if max_new > 1 else 1
+        target = spec.output_tokens if spec.output_tokens < max_new else max_new
+        self.target = target if target > 1 else 1
+        group = spec.prefix_group
+        self.group = group
+        self.prefix_tokens = min(spec.prefix_tokens, tokens - 1) if group else 0
         self.generated = 0
         self.queue_enter = spec.time
         self.queue_time = 0.0
@@ -148,7 +151,7 @@ class _Req:
         self.computed = 0  # fill tokens already prefilled in the current admission (beyond the prefix)
         self.kv_own = 0  # KV tokens this request holds outside a shared prefix (while not decoding)
         self.holds_group = False
-        self.extends_prefix = spec.extends_prefix and spec.prefix_group is not None
+        self.extends_prefix = spec.extends_prefix and group is not None
         self.shared = 0  # tokens of the group prefix this request locks (counted once, in the cache)
         self.slot = -1
         self.finish_step = -1
@@ -1075,10 +1078,11 @@ class Simulator:
         free = self.capacity - self._used(step)
         k_kv = free // n
         k_finish = self._next_finish_step() - step
-        mean_ctx0 = (self._seq_base + n * step) / n + 1
-        kv_first = (self._seq_base + n * step + n + n * self.draft_kv) / self.dcp
+        sequences = self._seq_base + n * step
+        mean_ctx0 = sequences / n + 1
+        kv_first = (sequences + n + n * self.draft_kv) / self.dcp
         a, b = self.cost.decode_linear(n, kv_first, n / self.dcp, self.draft)
-        k_plan = min(k_kv, k_finish)
+        k_plan = k_kv if k_kv < k_finish else k_finish
         if not self.batch_full:
             if self.queue:
                 k_plan = 1  # a prefill pass comes first after this step
@@ -1086,8 +1090,10 @@ class Simulator:
                 next_arrival = self._next_arrival_time()
                 if next_arrival < math.inf:
                     k_plan = min(k_plan, self._steps_reaching(a, b, next_arrival - self.clock))
-        k_plan = max(k_plan, 1)
-        self._evict(n * k_plan, step)
+        if k_plan < 1:
+            k_plan = 1
+        if self._evictable:
+            self._evict(n * k_plan, step)
         blocked = self.limit if self.batch_full else None
         if self.queue:
             queue_since = self.clock
@@ -1109,7 +1115,13 @@ class Simulator:
         if act.k_done < k_plan:
             return False
         self.clock = end
-        self.ratio = self._ratio_after(act, k_plan)
+        # _ratio_after(act, k_plan)
+        decayed = k_plan if act.decay_first else k_plan - 1  # k_plan >= 1
+        if decayed:
+            ratio = act.ratio0 - self.ratio_decay * decayed
+            self.ratio = ratio if ratio >= self.ratio_min else self.ratio_min
+        else:
+            self.ratio = act.ratio0
         self._activity = None
         self._finish_due(events)
         return True
@@ -1128,7 +1140,10 @@ class Simulator:
         acc.busy_seconds += dt
         acc.live_context_seconds += a * act.mean_ctx0 * count + (a + b * act.mean_ctx0) * sum_j + b * sum_j2
         if act.blocked is not None:
-            blocked = max(0.0, t_end - max(t_start, act.queue_since))
+            since = act.queue_since
+            blocked = t_end - (since if since > t_start else t_start)
+            if blocked <= 0.0:  # max(0.0, ...)
+                blocked = 0.0
             if act.blocked == "state":
                 acc.state_bound_seconds += blocked
             else:
@@ -1177,8 +1192,11 @@ class Simulator:
             if req is None or req.index != index or req.finish_step != finish_step:
                 continue
             self._leave_running(req)
-            self._release_kv(req)
-            self._cache_finished(req)
+            req.kv_own = 0  # _release_kv
+            if req.holds_group:
+                self._unlock_group(req)
+            if req.extends_prefix:
+                self._cache_finished(req)
             self._finish(req, self.clock, aborted=False, events=events)
 
     def _integrate_flat(self, duration: float, start: float) -> None:
