@@ -598,10 +598,12 @@ class Simulator:
             if b > 0
             else int(math.ceil(delta / a))
         )
-        k = max(k, 1)
-        while k > 1 and self._elapsed(a, b, k - 1) >= delta:
+        if k < 1:
+            k = 1
+        # the estimate's rounding corrected against _elapsed itself (spelt out: this runs once per decode run)
+        while k > 1 and (k - 1) * a + b * (k - 1) * (k - 2) / 2 >= delta:
             k -= 1
-        while self._elapsed(a, b, k) < delta:
+        while k * a + b * k * (k - 1) / 2 < delta:
             k += 1
         return k
 
@@ -621,7 +623,8 @@ class Simulator:
     def _decide(self, events: list[SimEvent], until: float) -> None:
         """One scheduler iteration at `clock`: a prefill batch if one forms, else decode."""
         while True:
-            self._pull_arrivals(self.clock, events)
+            if self._peek_time <= self.clock or self._injected:
+                self._pull_arrivals(self.clock, events)
             if self.n == 0 and not self.queue and self.chunked is None:
                 # fully idle: scheduler.py on_idle resets the ratio
                 self.ratio = self.ratio_init
@@ -643,8 +646,7 @@ class Simulator:
                     raise RuntimeError("simulator invariant: a chunked prefill formed no batch")
                 return
             decay_first = True
-            n = self.n
-            if self._kv_own_base + n * (self.step + self.draft_kv + 1) + self._staged_kv + self._locked_prefix > self.capacity:
+            if self._used(self.step) + self.n > self.capacity:
                 self._retract(events)
                 decay_first = False
                 if self.n == 0:
