@@ -656,12 +656,14 @@ class Simulator:
 
     def _form_prefill(self, events: list[SimEvent]) -> list[tuple[_Req, int]]:
         """PrefillAdder: the chunked request first, then the waiting queue in fcfs order."""
-        if self.n == 0:
+        n = self.n
+        queue = self.queue
+        if n == 0:
             self.batch_full = False
-        if (self.batch_full or not self.queue) and self.chunked is None:
+        if (self.batch_full or not queue) and self.chunked is None:
             return []
         held = 1 if self.chunked is not None else 0
-        allocatable = self.clamp - self.n - held
+        allocatable = self.clamp - n - held
         if allocatable <= 0 and self.chunked is None:
             self.batch_full = True
             self.limit = "state"
@@ -669,7 +671,7 @@ class Simulator:
         step = self.step
         ratio = self.ratio
         offset = 0.0
-        if self.n:
+        if n:
             offset = float(self._reserved(step)) * ratio
         current_offset = 0.0
         room = self.capacity - self._used(step)  # available + evictable
@@ -702,33 +704,37 @@ class Simulator:
                 if truncated:
                     new_chunked = chunked
 
-        while self.queue:
+        radix = self.radix
+        clock = self.clock
+        while queue:
             if rem_chunk <= 0 or rem_input <= 0:
                 break
             if admitted >= allocatable:
                 self.batch_full = True
                 self.limit = "state"
                 break
-            req = self.queue[0]
+            req = queue[0]
             prefix = 0
             pinned = 0
-            if (
-                self.radix
-                and req.group is not None
-                and self._cached.get(req.group, req.prefix_tokens + 1) <= req.prefix_tokens
-            ):
-                prefix = self._cached[req.group]
-                if self._refs.get(req.group, 0) == 0:
+            group = req.group
+            if radix and group is not None and self._cached.get(group, req.prefix_tokens + 1) <= req.prefix_tokens:
+                prefix = self._cached[group]
+                if self._refs.get(group, 0) == 0:
                     pinned = prefix  # _lock_node: a matched prefix is not evictable during selection
-            extend = req.input_tokens + req.generated - prefix  # fill_len - prefix
-            max_new_left = min(max(req.max_new - req.generated, 0), CLIP_MAX_NEW_TOKENS)
+            generated = req.generated
+            extend = req.input_tokens + generated - prefix  # fill_len - prefix
+            max_new_left = req.max_new - generated  # clipped to [0, CLIP]
+            if max_new_left > CLIP_MAX_NEW_TOKENS:
+                max_new_left = CLIP_MAX_NEW_TOKENS
+            elif max_new_left < 0:
+                max_new_left = 0
             total_tokens = extend + max_new_left + page
             if total_tokens >= room - pinned - offset:
-                self.batch_full = bool(batch) or self.n > 0
+                self.batch_full = bool(batch) or n > 0
                 self.limit = "kv"
                 break
-            self.queue.popleft()
-            req.queue_time += self.clock - req.queue_enter
+            queue.popleft()
+            req.queue_time += clock - req.queue_enter
             req.prefix_len = prefix
             req.computed = 0
             req.kv_own = 0
@@ -742,7 +748,7 @@ class Simulator:
                 new_chunked = req
             else:
                 take = extend
-                offset += take + page + min(req.max_new, CLIP_MAX_NEW_TOKENS)
+                offset += take + page + (req.max_new if req.max_new < CLIP_MAX_NEW_TOKENS else CLIP_MAX_NEW_TOKENS)
             current_offset += take + page
             rem_chunk -= take
             rem_input -= take
@@ -754,9 +760,9 @@ class Simulator:
                 break
             if new_chunked is req:
                 break
-        if not self.queue:
+        if not queue:
             self.limit = None
-        elif self.limit is None and self.n + len(batch) >= self.clamp:
+        elif self.limit is None and n + len(batch) >= self.clamp:
             self.limit = "state"
         self.chunked = new_chunked
         return batch
@@ -898,7 +904,10 @@ class Simulator:
         if remaining_at_zero - step >= CLIP_MAX_NEW_TOKENS:
             self._slot_band[slot] = 1
             self._clip_count += 1
-            heapq.heappush(self._clip_heap, (remaining_at_zero, self._joins, slot))
+            # The reservation is read only while the request runs, when its remaining output exceeds
+            # max_new - target: one whose max_new passes its target by the clip stays at the clip.
+            if req.max_new - req.target < CLIP_MAX_NEW_TOKENS:
+                heapq.heappush(self._clip_heap, (remaining_at_zero, self._joins, slot))
         else:
             self._slot_band[slot] = 2
             self._below_count += 1
