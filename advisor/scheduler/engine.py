@@ -161,11 +161,15 @@ class _Req:
         return self.input_tokens + self.generated
 
 
-@dataclass(slots=True)
 class _Prefill:
-    start: float
-    end: float
-    parts: list[tuple[_Req, int]]  # (request, tokens prefilled this batch)
+    """A prefill batch under way (a plain slotted class: one is built per batch)."""
+
+    __slots__ = ("start", "end", "parts")
+
+    def __init__(self, start: float, end: float, parts: list[tuple[_Req, int]]) -> None:
+        self.start = start
+        self.end = end
+        self.parts = parts  # (request, tokens prefilled this batch)
 
 
 class _Decode:
@@ -810,13 +814,15 @@ class Simulator:
         duration = act.end - act.start
         self._integrate_flat(duration, act.start)
         self.clock = act.end
+        chunked = self.chunked
+        radix = self.radix
         for req, _take in act.parts:
-            if req is self.chunked:
+            if req is chunked:
                 continue
             # last chunk done: the forward samples the first (next) token
             self._staged_kv -= req.kv_own
             req.generated += 1
-            if self.radix and req.group is not None and not req.holds_group and req.prefix_tokens > 0:
+            if radix and req.group is not None and not req.holds_group and req.prefix_tokens > 0:
                 if req.group not in self._cached and req.kv_own >= req.prefix_tokens:
                     # insert the prefix into the radix cache, shared from now on
                     self._cached[req.group] = req.prefix_tokens
