@@ -67,7 +67,7 @@ class CostModel:
         so the cost of a verify step is spread over `spec_accept_length` tokens.
         """
         spec_factor = 1.0 + self.spec_verify_per_draft_token * draft_tokens
-        per_step = self._tokens_per_step(draft_tokens)
+        per_step = self.spec_accept_length if draft_tokens > 0 else 1.0  # _tokens_per_step (runs per decode run)
         first = (
             self.decode_base_seconds
             + self.decode_per_request_seconds * batch * spec_factor

@@ -142,19 +142,17 @@ class _Req:
         group = spec.prefix_group
         self.group = group
         self.prefix_tokens = min(spec.prefix_tokens, tokens - 1) if group else 0
-        self.generated = 0
         self.queue_enter = spec.time
         self.queue_time = 0.0
-        self.retractions = 0
-        self.cached_tokens = 0
-        self.prefix_len = 0  # matched (cached) prefix of the current admission
-        self.computed = 0  # fill tokens already prefilled in the current admission (beyond the prefix)
-        self.kv_own = 0  # KV tokens this request holds outside a shared prefix (while not decoding)
+        # prefix_len: the matched (cached) prefix of the current admission; computed: fill tokens already
+        # prefilled in the current admission (beyond the prefix); kv_own: KV tokens this request holds outside a
+        # shared prefix (while not decoding); shared: tokens of the group prefix this request locks (counted
+        # once, in the cache)
+        self.generated = self.retractions = self.cached_tokens = self.prefix_len = self.computed = 0
+        self.kv_own = self.shared = 0
         self.holds_group = False
         self.extends_prefix = spec.extends_prefix and group is not None
-        self.shared = 0  # tokens of the group prefix this request locks (counted once, in the cache)
-        self.slot = -1
-        self.finish_step = -1
+        self.slot = self.finish_step = -1
 
     @property
     def fill_len(self) -> int:
@@ -500,7 +498,8 @@ class Simulator:
         while True:
             act = self._activity
             if act is None:
-                self._decide(events, until)
+                if self._decide(events, until):
+                    continue
                 act = self._activity
                 if act is None:
                     # idle: wait for the next arrival
@@ -624,8 +623,9 @@ class Simulator:
 
     # ------------------------------------------------------------------ scheduling
 
-    def _decide(self, events: list[SimEvent], until: float) -> None:
-        """One scheduler iteration at `clock`: a prefill batch if one forms, else decode."""
+    def _decide(self, events: list[SimEvent], until: float) -> bool:
+        """One scheduler iteration at `clock`: a prefill batch if one forms, else decode. True when a decode run
+        already ran to its end (see _plan_decode)."""
         while True:
             if self._peek_time <= self.clock or self._injected:
                 self._pull_arrivals(self.clock, events)
@@ -634,11 +634,11 @@ class Simulator:
                 self.ratio = self.ratio_init
                 self.limit = None
                 self.batch_full = False
-                return
+                return False
             batch = self._form_prefill(events)
             if batch:
                 self._start_prefill(batch, events)
-                return
+                return False
             if self.n == 0:
                 if self.queue and self.chunked is None:
                     # Nothing runs and the head cannot be admitted even into an empty pool.
@@ -648,15 +648,14 @@ class Simulator:
                     continue
                 if self.chunked is not None:
                     raise RuntimeError("simulator invariant: a chunked prefill formed no batch")
-                return
+                return False
             decay_first = True
             if self._used(self.step) + self.n > self.capacity:
                 self._retract(events)
                 decay_first = False
                 if self.n == 0:
                     continue
-            self._plan_decode(decay_first)
-            return
+            return self._plan_decode(decay_first, until, events)
 
     def _form_prefill(self, events: list[SimEvent]) -> list[tuple[_Req, int]]:
         """PrefillAdder: the chunked request first, then the waiting queue in fcfs order."""
@@ -1089,7 +1088,9 @@ class Simulator:
             heapq.heappop(heap)
         return 1 << 62
 
-    def _plan_decode(self, decay_first: bool) -> None:
+    def _plan_decode(self, decay_first: bool, until: float, events: list[SimEvent]) -> bool:
+        """Plan the next run of decode steps; True when it ran to its end at once (it ends by `until`), False
+        when it is left as the activity."""
         n = self.n
         step = self.step
         free = self.capacity - self._used(step)
@@ -1115,9 +1116,21 @@ class Simulator:
         if self.queue:
             queue_since = self.clock
         else:
-            queue_since = self._next_arrival_time()
-        self._activity = _Decode(self.clock, step, n, a, b, k_plan, self.ratio, decay_first, mean_ctx0, blocked,
+            queue_since = self._peek_time  # _next_arrival_time()
+            if self._injected and self._injected[0][0] < queue_since:
+                queue_since = self._injected[0][0]
+        t0 = self.clock
+        end = t0 + (k_plan * a + b * k_plan * (k_plan - 1) / 2)  # t0 + _elapsed(a, b, k_plan)
+        if end <= until:
+            # The whole run ends by `until` (as _run_decode would find next): run it now, without a _Decode.
+            self._decode_progress(t0, step, n, a, b, mean_ctx0, blocked, queue_since, 0, k_plan, events)
+            self.step = step + k_plan
+            self.clock = end
+            self._end_decode(self.ratio, decay_first, k_plan, events)
+            return True
+        self._activity = _Decode(t0, step, n, a, b, k_plan, self.ratio, decay_first, mean_ctx0, blocked,
                                  queue_since)
+        return False
 
     def _run_decode(self, act: _Decode, until: float, events: list[SimEvent]) -> bool:
         """Advance the planned decode run up to `until`; True when it completed."""
@@ -1126,28 +1139,35 @@ class Simulator:
         end = act.t0 + (k_plan * a + b * k_plan * (k_plan - 1) / 2)  # t0 + _elapsed(a, b, k_plan)
         k_new = k_plan if end <= until else self._steps_within(a, b, act.t0, until, k_plan)
         if k_new > act.k_done:
-            self._decode_progress(act, act.k_done, k_new, events)
+            self._decode_progress(act.t0, act.s0, act.n, a, b, act.mean_ctx0, act.blocked, act.queue_since,
+                                  act.k_done, k_new, events)
             act.k_done = k_new
             self.step = act.s0 + k_new
         if act.k_done < k_plan:
             return False
         self.clock = end
-        # _ratio_after(act, k_plan)
-        decayed = k_plan if act.decay_first else k_plan - 1  # k_plan >= 1
-        if decayed:
-            ratio = act.ratio0 - self.ratio_decay * decayed
-            self.ratio = ratio if ratio >= self.ratio_min else self.ratio_min
-        else:
-            self.ratio = act.ratio0
         self._activity = None
-        self._finish_due(events)
+        self._end_decode(act.ratio0, act.decay_first, k_plan, events)
         return True
 
-    def _decode_progress(self, act: _Decode, j1: int, j2: int, events: list[SimEvent]) -> None:
-        n = act.n
-        a, b = act.a, act.b
-        t_start = act.t0 + (j1 * a + b * j1 * (j1 - 1) / 2)  # t0 + _elapsed(a, b, j1)
-        t_end = act.t0 + (j2 * a + b * j2 * (j2 - 1) / 2)
+    def _end_decode(self, ratio0: float, decay_first: bool, steps: int, events: list[SimEvent]) -> None:
+        """A decode run of `steps` (>= 1) steps is done: the ratio decays (as _ratio_after), finished requests
+        leave."""
+        decayed = steps if decay_first else steps - 1
+        if decayed:
+            ratio = ratio0 - self.ratio_decay * decayed
+            self.ratio = ratio if ratio >= self.ratio_min else self.ratio_min
+        else:
+            self.ratio = ratio0
+        self._finish_due(events)
+
+    def _decode_progress(self, t0: float, s0: int, n: int, a: float, b: float, mean_ctx0: float,
+                         blocked_by: str | None, queue_since: float, j1: int, j2: int,
+                         events: list[SimEvent]) -> None:
+        """Steps j1..j2 of the decode run planned at (t0, s0) (a _Decode's fields, passed one by one: a run that
+        fits before `until` runs without one)."""
+        t_start = t0 + (j1 * a + b * j1 * (j1 - 1) / 2)  # t0 + _elapsed(a, b, j1)
+        t_end = t0 + (j2 * a + b * j2 * (j2 - 1) / 2)
         dt = t_end - t_start
         count = j2 - j1
         sum_j = (j2 * (j2 - 1) - j1 * (j1 - 1)) // 2
@@ -1155,13 +1175,12 @@ class Simulator:
         acc = self.acc
         acc.running_seconds += n * dt
         acc.busy_seconds += dt
-        acc.live_context_seconds += a * act.mean_ctx0 * count + (a + b * act.mean_ctx0) * sum_j + b * sum_j2
-        if act.blocked is not None:
-            since = act.queue_since
-            blocked = t_end - (since if since > t_start else t_start)
+        acc.live_context_seconds += a * mean_ctx0 * count + (a + b * mean_ctx0) * sum_j + b * sum_j2
+        if blocked_by is not None:
+            blocked = t_end - (queue_since if queue_since > t_start else t_start)
             if blocked <= 0.0:  # max(0.0, ...)
                 blocked = 0.0
-            if act.blocked == "state":
+            if blocked_by == "state":
                 acc.state_bound_seconds += blocked
             else:
                 acc.kv_bound_seconds += blocked
@@ -1173,11 +1192,11 @@ class Simulator:
         interval = self.server.decode_log_interval
         if self.draft:
             interval = max(1, round(interval * self.cost.spec_accept_length))
-        first_tick = (act.s0 + j1) // interval + 1
-        last_tick = (act.s0 + j2) // interval
+        first_tick = (s0 + j1) // interval + 1
+        last_tick = (s0 + j2) // interval
         for tick in range(first_tick, last_tick + 1):
-            j = tick * interval - act.s0
-            tick_time = act.t0 + self._elapsed(a, b, j)
+            j = tick * interval - s0
+            tick_time = t0 + self._elapsed(a, b, j)
             tokens = self.decode_tokens_total + n * (j - j1)
             self._pull_arrivals(tick_time, events)
             gap = tick_time - self._last_tick_time
