@@ -397,8 +397,9 @@ class Simulator:
             else:
                 if self._peek_time > until:
                     return
-                spec = self._peek
-                assert spec is not None
+                peeked = self._peek
+                assert peeked is not None
+                spec = peeked
                 self._advance_source()
             refused, max_new = self._admit_limits(spec)
             req = _Req(self._issued, rid, spec, max_new)
