@@ -636,7 +636,10 @@ class Simulator:
                 self.limit = None
                 self.batch_full = False
                 return False
-            batch = self._form_prefill(events)
+            if self.chunked is None and (not self.queue or (self.batch_full and self.n)):
+                batch = []  # what _form_prefill returns here, without touching any state
+            else:
+                batch = self._form_prefill(events)
             if batch:
                 self._start_prefill(batch, events)
                 return False
@@ -1096,7 +1099,12 @@ class Simulator:
         step = self.step
         free = self.capacity - self._used(step)
         k_kv = free // n
-        k_finish = self._next_finish_step() - step
+        heap = self._finish_heap
+        head = self._slot_req[heap[0][2]] if heap else None
+        if head is not None and head.finish_step == heap[0][0] and head.index == heap[0][1]:
+            k_finish = heap[0][0] - step  # _next_finish_step() when the heap's head is current
+        else:
+            k_finish = self._next_finish_step() - step
         sequences = self._seq_base + n * step
         mean_ctx0 = sequences / n + 1
         kv_first = (sequences + n + n * self.draft_kv) / self.dcp
