@@ -509,15 +509,12 @@ class Simulator:
                         break
                     self.clock = max(self.clock, next_arrival)
                     continue
-            if act.__class__ is _Prefill:
-                assert isinstance(act, _Prefill)
+            if isinstance(act, _Prefill):
                 if act.end > until:
                     break
-                self._complete_prefill(act, events)
-            else:
-                assert isinstance(act, _Decode)
-                if not self._run_decode(act, until, events):
-                    break
+                self._complete_prefill(act.start, act.end, act.parts, events)
+            elif not self._run_decode(act, until, events):
+                break
         self._pull_arrivals(until, events)
         self._horizon = max(self._horizon, until)
         events.sort(key=_event_time)  # aborts at arrival may precede events of the same slice
@@ -641,7 +638,13 @@ class Simulator:
             else:
                 batch = self._form_prefill(events)
             if batch:
-                self._start_prefill(batch, events)
+                start = self.clock
+                end = self._start_prefill(batch, events)
+                if end <= until:
+                    # It completes by `until` (as advance would find next): complete it now, then decide again.
+                    self._complete_prefill(start, end, batch, events)
+                    continue
+                self._activity = _Prefill(start, end, batch)
                 return False
             if self.n == 0:
                 if self.queue and self.chunked is None:
@@ -774,7 +777,8 @@ class Simulator:
         self.chunked = new_chunked
         return batch
 
-    def _start_prefill(self, batch: list[tuple[_Req, int]], events: list[SimEvent]) -> None:
+    def _start_prefill(self, batch: list[tuple[_Req, int]], events: list[SimEvent]) -> float:
+        """Stage `batch` for prefill; the time it completes."""
         tokens = 0
         attention = 0.0
         cached = 0
@@ -811,15 +815,17 @@ class Simulator:
                     input_throughput=tokens / duration,
                 )
             )
-        self._activity = _Prefill(self.clock, self.clock + duration, batch)
+        return self.clock + duration
 
-    def _complete_prefill(self, act: _Prefill, events: list[SimEvent]) -> None:
-        duration = act.end - act.start
-        self._integrate_flat(duration, act.start)
-        self.clock = act.end
+    def _complete_prefill(self, start: float, end: float, parts: list[tuple[_Req, int]],
+                          events: list[SimEvent]) -> None:
+        """The prefill batch `parts` (a _Prefill's fields) completes at `end`."""
+        duration = end - start
+        self._integrate_flat(duration, start)
+        self.clock = end
         chunked = self.chunked
         radix = self.radix
-        for req, _take in act.parts:
+        for req, _take in parts:
             if req is chunked:
                 continue
             # last chunk done: the forward samples the first (next) token
