@@ -286,10 +286,8 @@ class Simulator:
         self._staged_seqs = 0
 
         capacity = self.clamp
-        # per slot of the decode batch: generated - step at joining, max_new, input (0 when free)
+        # per slot of the decode batch: its request's generated - step at joining (stale when free)
         self._gen_base = [0] * capacity
-        self._max_new = [0] * capacity
-        self._input = [0] * capacity
         self._slot_req: list[_Req | None] = [None] * capacity
         self._free_slots = list(range(capacity - 1, -1, -1))
         self._kv_own_base = 0  # sum over running of (own KV - step)
@@ -911,8 +909,6 @@ class Simulator:
         self._slot_req[slot] = req
         gen_base = req.generated - step
         self._gen_base[slot] = gen_base
-        self._max_new[slot] = req.max_new
-        self._input[slot] = req.input_tokens
         remaining_at_zero = req.max_new - gen_base
         self._joins += 1
         self._slot_join[slot] = self._joins
@@ -947,11 +943,8 @@ class Simulator:
             self._clip_count -= 1
         elif band == 2:
             self._below_count -= 1
-            self._below_sum -= self._max_new[slot] - self._gen_base[slot]
+            self._below_sum -= req.max_new - self._gen_base[slot]
         self._slot_band[slot] = 0
-        self._gen_base[slot] = 0
-        self._max_new[slot] = 0
-        self._input[slot] = 0
         self._slot_req[slot] = None
         self._free_slots.append(slot)
         req.slot = -1
@@ -990,9 +983,10 @@ class Simulator:
     def _retract(self, events: list[SimEvent]) -> None:
         """retract_decode: pop requests (fewest output, then longest input) until the step fits."""
         step = self.step
-        slots = np.array([slot for slot, running in enumerate(self._slot_req) if running is not None], dtype=np.int64)
-        generated = np.array(self._gen_base, dtype=np.int64)[slots] + step
-        inputs = np.array(self._input, dtype=np.int64)[slots]
+        running = [(slot, req) for slot, req in enumerate(self._slot_req) if req is not None]
+        slots = np.array([slot for slot, _ in running], dtype=np.int64)
+        generated = np.array([self._gen_base[slot] + step for slot, _ in running], dtype=np.int64)
+        inputs = np.array([req.input_tokens for _, req in running], dtype=np.int64)
         order = slots[np.lexsort((-inputs, generated))]  # retract-first order
         before_available = self.capacity - self._used(step) - self._evictable
         ratio_before = self.ratio
@@ -1016,9 +1010,9 @@ class Simulator:
             retracted.append(req)
             if self._used(step) + self.n <= self.capacity:
                 break
-        kept = [slot for slot, running in enumerate(self._slot_req) if running is not None]
-        kept_generated = sum(self._gen_base[slot] + step for slot in kept)
-        kept_max_new = sum(self._max_new[slot] for slot in kept)
+        kept = [(slot, req) for slot, req in enumerate(self._slot_req) if req is not None]
+        kept_generated = sum(self._gen_base[slot] + step for slot, _ in kept)
+        kept_max_new = sum(req.max_new for _, req in kept)
         self.ratio = min(1.0, (kept_generated + RETRACT_DECODE_STEPS * len(kept)) / (kept_max_new + 1))
         input_tokens = sum(r.input_tokens for r in retracted)
         output_tokens = sum(r.generated for r in retracted)
