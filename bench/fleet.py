@@ -28,6 +28,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs
 
+import numpy as np
+
 from advisor.sources.fleet_queries import RANK_FAMILIES, TOKENIZER_COUNTERS
 
 # SGLang 0.5.23's default token-histogram buckets (observables reference, prompt_tokens_histogram).
@@ -44,104 +46,142 @@ def _lognormal_cdf(x: float, median: float, sigma: float = 0.9) -> float:
     return 0.5 * (1 + math.erf(math.log(x / median) / (sigma * math.sqrt(2))))
 
 
+def _whole(values: np.ndarray) -> np.ndarray:
+    """float(int(x)) of every x (all >= 0 here): truncated, and -0.0 read as 0.0 as int() reads it."""
+    return np.trunc(values) + 0.0
+
+
+def _texts(values: np.ndarray) -> np.ndarray:
+    """repr() of every value (as Python's float repr, what Prometheus' shortest round-trip text also is), as an
+    object array of the same shape: each distinct value is formatted once (a fleet repeats a few hundred)."""
+    distinct, inverse = np.unique(values, return_inverse=True)
+    return np.array([repr(v) for v in distinct.tolist()], dtype=object)[inverse.reshape(values.shape)]
+
+
 class SyntheticFleet:
-    """N servers' series as functions of time; renders the four query shapes' JSON answers."""
+    """N servers' series as functions of time; answers the four query shapes as a store would, cheaply: each
+    series' labels are rendered once, the values of every server at every asked time are worked out as arrays
+    and each distinct value formatted once (as Prometheus, in Go, spends little per series)."""
 
     def __init__(self, servers: int, start: float) -> None:
         self.start = start
-        self.servers = []
-        for i in range(servers):
-            prompt_median = 800.0 * (1 + (i % 7))
-            output_median = 300.0 * (1 + (i % 3))
-            self.servers.append({
-                "instance": f"10.{i // 65536}.{(i // 256) % 256}.{i % 256}:30000",
-                "rate": 2.0 + (i % 5),  # requests per second
-                "running": 20 + (i % 40),
-                "prompt_cdf": [_lognormal_cdf(b, prompt_median) for b in BUCKETS],
-                "output_cdf": [_lognormal_cdf(b, output_median) for b in BUCKETS],
-                "prompt_mean": prompt_median * math.exp(0.9 ** 2 / 2),
-                "output_mean": output_median * math.exp(0.9 ** 2 / 2),
-            })
+        index = np.arange(servers)
+        self.instances = [f"10.{i // 65536}.{(i // 256) % 256}.{i % 256}:30000" for i in range(servers)]
+        self.rate = 2.0 + (index % 5)  # requests per second
+        self.running = 20 + (index % 40)
+        prompt_median = 800.0 * (1 + (index % 7))
+        output_median = 300.0 * (1 + (index % 3))
+        self.cdf = {"prompt": self._cdfs(prompt_median), "generation": self._cdfs(output_median)}
+        self.mean = {"prompt": prompt_median * math.exp(0.9 ** 2 / 2), "generation": output_median * math.exp(0.9 ** 2 / 2)}
+        self._labels: dict[str, list[str]] = {}  # expr -> each row's labels, as JSON
+        self._heads: dict[tuple[str, str], np.ndarray] = {}  # (expr, "value" or "values") -> each row's opening
 
-    def _gauges(self, s: dict[str, Any], t: float) -> dict[str, float]:
-        wobble = math.sin(t / 300.0 + s["rate"])
-        running = max(1, int(s["running"] * (1 + 0.2 * wobble)))
-        used_slots = min(STATE_SLOTS, running * 2)
-        kv_used = int(running * (s["prompt_mean"] + s["output_mean"]))
-        elapsed = max(0.0, t - self.start)
+    @staticmethod
+    def _cdfs(medians: np.ndarray) -> np.ndarray:
+        """Each server's share of requests at or under each bucket bound, then 1.0 for +Inf: (servers, 36)."""
+        rows = {m: [_lognormal_cdf(b, m) for b in BUCKETS] + [1.0] for m in set(medians.tolist())}
+        return np.array([rows[m] for m in medians.tolist()]).reshape(len(medians), len(BUCKETS) + 1)
+
+    def _elapsed(self, times: np.ndarray) -> np.ndarray:
+        return np.maximum(0.0, times - self.start) + 0.0
+
+    def _gauges(self, times: np.ndarray) -> dict[str, np.ndarray]:
+        """Every rank gauge's value per (server, time)."""
+        arguments = times[None, :] / 300.0 + self.rate[:, None]
+        distinct, inverse = np.unique(arguments, return_inverse=True)
+        wobble = np.array([math.sin(x) for x in distinct.tolist()])[inverse.reshape(arguments.shape)]
+        running = np.maximum(1.0, _whole(self.running[:, None] * (1 + 0.2 * wobble)))
+        used_slots = np.minimum(float(STATE_SLOTS), running * 2)
+        kv_used = _whole(running * (self.mean["prompt"] + self.mean["generation"])[:, None])
+        elapsed = np.broadcast_to(self._elapsed(times)[None, :], running.shape)
+        constant = np.ones_like(running)
         return {
-            "sglang:num_running_reqs": running, "sglang:num_queue_reqs": max(0, int(3 * wobble)),
-            "sglang:max_total_num_tokens": KV_TOKENS, "sglang:kv_used_tokens": kv_used,
-            "sglang:kv_available_tokens": KV_TOKENS - kv_used, "sglang:kv_evictable_tokens": 0,
+            "sglang:num_running_reqs": running, "sglang:num_queue_reqs": np.maximum(0.0, _whole(3 * wobble)),
+            "sglang:max_total_num_tokens": constant * KV_TOKENS, "sglang:kv_used_tokens": kv_used,
+            "sglang:kv_available_tokens": KV_TOKENS - kv_used, "sglang:kv_evictable_tokens": constant * 0,
             "sglang:mamba_used_tokens": used_slots, "sglang:mamba_available_tokens": STATE_SLOTS - used_slots,
-            "sglang:mamba_evictable_tokens": 0, "sglang:decode_sum_seq_lens": kv_used,
-            "sglang:new_token_ratio": 0.4, "sglang:page_size": 1, "sglang:context_len": 262144,
-            "sglang:kv_cache_memory_usage_gb": 15.03, "sglang:weight_memory_usage_gb": 38.2,
-            "sglang:startup_available_gpu_memory_gb": 61.4, "sglang:graph_memory_usage_gb": 2.1,
-            "sglang:num_retracted_requests_total": int(elapsed * 0.01),
-            "sglang:num_retracted_input_tokens_total": int(elapsed * 20),
-            "sglang:num_retracted_output_tokens_total": int(elapsed * 2),
+            "sglang:mamba_evictable_tokens": constant * 0, "sglang:decode_sum_seq_lens": kv_used,
+            "sglang:new_token_ratio": constant * 0.4, "sglang:page_size": constant, "sglang:context_len": constant * 262144,
+            "sglang:kv_cache_memory_usage_gb": constant * 15.03, "sglang:weight_memory_usage_gb": constant * 38.2,
+            "sglang:startup_available_gpu_memory_gb": constant * 61.4, "sglang:graph_memory_usage_gb": constant * 2.1,
+            "sglang:num_retracted_requests_total": _whole(elapsed * 0.01),
+            "sglang:num_retracted_input_tokens_total": _whole(elapsed * 20),
+            "sglang:num_retracted_output_tokens_total": _whole(elapsed * 2),
         }
 
-    def _count(self, s: dict[str, Any], t: float) -> float:
-        return float(int(s["rate"] * max(0.0, t - self.start)))
+    def _counts(self, times: np.ndarray) -> np.ndarray:
+        """Requests served per (server, time)."""
+        return _whole(self.rate[:, None] * self._elapsed(times)[None, :])
 
-    def rows(self, expr: str, times: list[float]) -> list[tuple[str, list[str]]]:
-        """(metric labels JSON, values per time) of every row the query returns."""
-        out: list[tuple[str, list[str]]] = []
+    def _series(self, expr: str, times: np.ndarray) -> tuple[list[str], np.ndarray]:
+        """The labels (JSON, rendered once per query) of every row the query returns and their values, (rows,
+        times), rows in the order a store lists them: server by server."""
+        servers = len(self.instances)
         if expr.startswith("max by"):
+            gauges = self._gauges(times)
             names = [n for n in RANK_FAMILIES if n in expr or n.removeprefix("sglang:") in expr]
-            names.append("sglang:graph_memory_usage_gb")
-            per_time = [[self._gauges(s, t) for t in times] for s in self.servers]
-            for s, gauges in zip(self.servers, per_time, strict=True):
-                for name in names:
-                    if name not in gauges[0]:
-                        continue
-                    labels = json.dumps({"__name__": name, "instance": s["instance"]})
-                    out.append((labels, [repr(float(g[name])) for g in gauges]))
-            return out
-        if "model_name" in expr:
-            for s in self.servers:
-                counts = [self._count(s, t) for t in times]
-                for name in TOKENIZER_COUNTERS:
-                    factor = {"sglang:num_requests_total": 1.0, "sglang:prompt_tokens_total": s["prompt_mean"],
-                              "sglang:generation_tokens_total": s["output_mean"]}.get(name, 0.0)
-                    labels = json.dumps({"__name__": name, "instance": s["instance"], "model_name": "example/hybrid"})
-                    out.append((labels, [repr(float(int(c * factor))) for c in counts]))
-            return out
-        match = re.search(r"sglang:(prompt|generation)_tokens_histogram", expr)
-        if not match:
-            return out
-        kind = match.group(1)
-        family = f"sglang:{kind}_tokens_histogram"
-        cdf_key, mean_key = ("prompt_cdf", "prompt_mean") if kind == "prompt" else ("output_cdf", "output_mean")
-        for s in self.servers:
-            counts = [self._count(s, t) for t in times]
-            for bound, share in zip((*BUCKETS, math.inf), (*s[cdf_key], 1.0), strict=True):
-                le = "+Inf" if math.isinf(bound) else f"{bound:.1f}"
-                labels = json.dumps({"__name__": family + "_bucket", "instance": s["instance"], "le": le})
-                out.append((labels, [repr(float(int(c * share))) for c in counts]))
-            out.append((json.dumps({"__name__": family + "_count", "instance": s["instance"]}),
-                        [repr(c) for c in counts]))
-            out.append((json.dumps({"__name__": family + "_sum", "instance": s["instance"]}),
-                        [repr(c * s[mean_key]) for c in counts]))
-        return out
+            names = [n for n in [*names, "sglang:graph_memory_usage_gb"] if n in gauges]
+            values = np.stack([gauges[n] for n in names], axis=1)
+            per_server: list[tuple[str, dict[str, str]]] = [(n, {}) for n in names]
+        elif "model_name" in expr:
+            counts = self._counts(times)
+            factors = {"sglang:num_requests_total": np.ones(servers), "sglang:prompt_tokens_total": self.mean["prompt"],
+                       "sglang:generation_tokens_total": self.mean["generation"]}
+            values = np.stack([_whole(counts * factors.get(n, np.zeros(servers))[:, None]) for n in TOKENIZER_COUNTERS],
+                              axis=1)
+            per_server = [(n, {"model_name": "example/hybrid"}) for n in TOKENIZER_COUNTERS]
+        else:
+            match = re.search(r"sglang:(prompt|generation)_tokens_histogram", expr)
+            if not match:
+                return [], np.zeros((0, len(times)))
+            kind = match.group(1)
+            family = f"sglang:{kind}_tokens_histogram"
+            counts = self._counts(times)
+            buckets = _whole(counts[:, None, :] * self.cdf[kind][:, :, None])
+            values = np.concatenate([buckets, counts[:, None, :], (counts * self.mean[kind][:, None])[:, None, :]], axis=1)
+            les = [f"{bound:.1f}" for bound in BUCKETS] + ["+Inf"]
+            per_server = [*((family + "_bucket", {"le": le}) for le in les), (family + "_count", {}), (family + "_sum", {})]
+        texts = self._labels.get(expr)
+        if texts is None:
+            texts = self._labels[expr] = [json.dumps({"__name__": name, "instance": instance, **extra})
+                                          for instance in self.instances for name, extra in per_server]
+        return texts, values.reshape(-1, len(times))
 
     def answer(self, endpoint: str, form: dict[str, str]) -> bytes:
         expr = form.get("query", "")
         if endpoint == "query":
             at = float(form.get("time", time.time()))
-            rows = self.rows(expr, [at])
-            result = ",".join(f'{{"metric":{labels},"value":[{at:.3f},"{values[0]}"]}}' for labels, values in rows)
-            return f'{{"status":"success","data":{{"resultType":"vector","result":[{result}]}}}}'.encode()
-        start, end, step = float(form["start"]), float(form["end"]), float(form["step"])
-        times = [start + k * step for k in range(int((end - start) // step) + 1) if start + k * step >= self.start]
-        rows = self.rows(expr, times) if times else []
-        result = ",".join(
-            f'{{"metric":{labels},"values":[' + ",".join(f'[{t:.3f},"{v}"]' for t, v in zip(times, values, strict=True))
-            + "]}" for labels, values in rows
-        )
-        return f'{{"status":"success","data":{{"resultType":"matrix","result":[{result}]}}}}'.encode()
+            times = np.array([at])
+            stamps = [f"{at:.3f}"]
+            value_key, kind = "value", "vector"
+        else:
+            start, end, step = float(form["start"]), float(form["end"]), float(form["step"])
+            listed = [start + k * step for k in range(int((end - start) // step) + 1) if start + k * step >= self.start]
+            times = np.array(listed, dtype=float)
+            stamps = [f"{t:.3f}" for t in listed]
+            value_key, kind = "values", "matrix"
+        labels, values = self._series(expr, times) if len(times) else ([], np.zeros((0, 0)))
+        body = self._rows_text(expr, value_key, labels, values, stamps) if labels else ""
+        return f'{{"status":"success","data":{{"resultType":"{kind}","result":[{body}]}}}}'.encode()
+
+    def _rows_text(self, expr: str, value_key: str, labels: list[str], values: np.ndarray, stamps: list[str]) -> str:
+        """Every row as `{"metric":LABELS,"value":[T,"V"]}` (or `"values":[[T,"V"],...]`), comma-separated:
+        the texts laid out in one array and joined once."""
+        heads = self._heads.get((expr, value_key))
+        if heads is None:
+            heads = self._heads[(expr, value_key)] = np.array([f'{{"metric":{text},"{value_key}":[' for text in labels],
+                                                              dtype=object)
+        rows, points = values.shape
+        cells = np.empty((rows, points + 2), dtype=object)
+        cells[:, 0] = heads
+        if value_key == "value":
+            cells[:, 1] = f'{stamps[0]},"' + _texts(values[:, 0]) + '"]}'
+        else:
+            before = np.array([("[" if k == 0 else ",[") + f'{stamp},"' for k, stamp in enumerate(stamps)], dtype=object)
+            cells[:, 1:-1] = before[None, :] + _texts(values) + '"]'
+        cells[:, -1] = "" if value_key == "value" else "]}"
+        cells[:-1, -1] += ","
+        return "".join(cells.ravel().tolist())
 
 
 def serve_synthetic(servers: int, history_seconds: float) -> None:
