@@ -27,6 +27,7 @@ from advisor.daemon.pipeline import InfoAnswer, LogReading, ReplayBudget, Server
 from advisor.daemon.targets import DirectSource, StandInSource
 from advisor.sources.fleet_queries import (
     FleetFrame,
+    KnownRows,
     fleet_queries,
     replay_step,
     server_info_from_gauges,
@@ -152,6 +153,8 @@ class StoreFleet:
         self.client = PrometheusClient(store.url, timeout_seconds=store.timeout_seconds, auth=store.auth,
                                        max_series=max_series, max_body_bytes=max_body_bytes)
         self.queries = fleet_queries(store.matchers, store.server_labels)
+        # Each query's last instant answer as resolved to servers and slots (reused while its labels stay the same)
+        self.known_rows = {query.name: KnownRows() for query in self.queries}
         self.pipelines: dict[str, ServerPipeline] = {}
         self.sources: dict[str, StoreServerSource] = {}
         self.labels: dict[str, dict[str, str]] = {}  # each server's server-label values
@@ -244,7 +247,8 @@ class StoreFleet:
                 # Rows go into the frame as they are decoded, their labels as the store sent them (the frame
                 # scrubs the few it keeps: server and model names); a label value that is no string fails
                 # the answer as malformed.
-                result = self.client.read(received, scrub_labels=False, take=partial(frame.add, query))
+                result = self.client.read(received, scrub_labels=False, take=partial(frame.add, query),
+                                          take_texts=partial(frame.add_texts, query, known=self.known_rows[query.name]))
                 del received
                 if not result.ok:
                     return self._empty_frame(), result.error or "store query failed"

@@ -16,6 +16,7 @@ Byte constants without `/server_info` come from the pool gauges (`max_total_num_
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -119,6 +120,9 @@ class _Sample:
 
 
 _MISSING: Any = object()
+_OTHER_SHARD: Any = object()  # a row of a server another shard owns
+# Rows' places in a sample, (map index, key, bucket bound, adds up, model name): one object for all rows alike.
+_WHERES: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 # Where a row's values go, by (query kind, family, dp_rank, le): a fleet's million rows a cycle share a few
 # hundred of these, so each is worked out once (and a histogram's bounds are the same float objects in every
 # server's observation).
@@ -127,6 +131,17 @@ _MAX_SLOTS = 4096
 _SLOT_LABELS = ("__name__", "dp_rank", "le")  # all `_slot` reads of a row
 # Histogram bound tuples, one object per distinct layout (every server of a fleet usually shares one or two).
 _BOUNDS: dict[tuple[float, ...], tuple[float, ...]] = {}
+
+
+class KnownRows:
+    """One query's last vector answer as resolved (`FleetFrame.add_texts`): the digest of its labels and each
+    row's target, and the label values of its servers; kept across cycles by whoever asks the query."""
+
+    def __init__(self) -> None:
+        self.digest: bytes | None = None
+        self.servers: list[Any] = []  # each row's server (None or `_OTHER_SHARD`: skipped)
+        self.wheres: list[Any] = []  # each row's place in its server's sample (`FleetFrame._resolve`)
+        self.server_labels: dict[str, dict[str, str]] = {}
 
 
 class FleetFrame:
@@ -170,55 +185,135 @@ class FleetFrame:
         query, many for a range) then only store values. A label value that is not a string or number (a
         malformed answer) raises TypeError."""
         kind = query.kind
-        server_labels = self.server_labels
-        by_values = self._server_by_values
-        samples = self.samples
         added = 0
         for labels, points in rows:
-            values = tuple([labels.get(name, "") for name in server_labels])
-            server = by_values.get(values, _MISSING)
-            if server is _MISSING:
-                server = by_values[values] = self.server_of(labels)
-            slot = None
-            if server is not None:
-                key = (kind, labels.get("__name__", ""), labels.get("dp_rank"), labels.get("le"))
-                slot = _SLOTS.get(key, _MISSING)
-                if slot is _MISSING:
-                    slot = _slot(kind, {k: scrub_text(labels[k], NAME_CHARS) for k in _SLOT_LABELS if k in labels})
-                    if len(_SLOTS) >= _MAX_SLOTS:
-                        _SLOTS.clear()
-                    _SLOTS[key] = slot
-            if server is None or slot is None:
-                if server is None and labels and self._in_other_shard(labels):
-                    self.other_shard_rows += 1
-                else:
-                    self.skipped_rows += 1
+            server, where = self._resolve(kind, labels)
+            if where is None:
+                self._skip(server)
                 continue
-            index, outer, inner, accumulate = slot
-            model_name = labels.get("model_name") if index == _Sample.COUNTER else None
-            if model_name:
-                model_name = scrub_text(model_name, NAME_CHARS)
+            added += self._store(server, where, points)
+        self.values_added += added
+
+    def add_texts(self, query: FleetQuery, rows: Sequence[tuple[str, str, str, str]], known: KnownRows) -> int:
+        """A vector answer's rows as their texts (`advisor.sources.prometheus_store.scan_vector`: labels JSON,
+        timestamp, value), the same as `add` gives for them decoded. Where the answer's labels are byte for
+        byte those of the query's last answer (`known`: their digest), each row's server and slot are taken
+        from it, not worked out again from its labels: a fleet's labels rarely change between cycles. Returns
+        the samples left out as not finite."""
+        digest = hashlib.blake2b(digest_size=32)
+        for first in range(0, len(rows), 4096):  # a chunk at a time: a million labels are not copied at once
+            digest.update("\n".join([row[0] for row in rows[first:first + 4096]]).encode() + b"\n")
+        if known.digest != digest.digest():
+            kind = query.kind
+            servers, wheres = [], []
+            for row in rows:
+                labels = json.loads(row[0])
+                if not isinstance(labels, dict):
+                    raise TypeError("metric labels are not an object")
+                server, where = self._resolve(kind, labels)
+                servers.append(server)
+                wheres.append(where)
+            known.digest, known.servers, known.wheres = digest.digest(), servers, wheres
+            known.server_labels = dict(self.server_label_values)
+        labels_of = self.server_label_values
+        known_labels = known.server_labels
+        samples = self.samples
+        isfinite = math.isfinite
+        skipped = added = 0
+        for server, where, (_, stamp, text, _) in zip(known.servers, known.wheres, rows, strict=True):
+            t, value = float(stamp), float(text)
+            if not (isfinite(t) and isfinite(value)):
+                skipped += 1
+                continue
+            if where is None:
+                self._skip(server)
+                continue
             per_time = samples.get(server)
             if per_time is None:
                 per_time = samples[server] = {}
-            for t, value in points:
-                if value != value:  # NaN: no sample
-                    continue
-                sample = per_time.get(t)
-                if sample is None:
-                    sample = per_time[t] = _Sample()
-                target = sample.maps[index]
-                if inner is not None:  # a bucket: histogram -> {le: value}
-                    target = target.get(outer) or target.setdefault(outer, {})
-                    target[inner] = value
-                elif accumulate:
-                    target[outer] = target.get(outer, 0.0) + value
-                else:
-                    target[outer] = value
-                if model_name and sample.model_name is None:
-                    sample.model_name = model_name
-                added += 1
+                if server not in labels_of:
+                    labels_of[server] = known_labels[server]
+            # the rest as `_store` does it, for the one point
+            index, outer, inner, accumulate, model_name = where
+            sample = per_time.get(t)
+            if sample is None:
+                sample = per_time[t] = _Sample()
+            found = sample.maps[index]
+            if inner is not None:
+                found = found.get(outer) or found.setdefault(outer, {})
+                found[inner] = value
+            elif accumulate:
+                found[outer] = found.get(outer, 0.0) + value
+            else:
+                found[outer] = value
+            if model_name and sample.model_name is None:
+                sample.model_name = model_name
+            added += 1
         self.values_added += added
+        return skipped
+
+    def _skip(self, server: Any) -> None:
+        if server is _OTHER_SHARD:
+            self.other_shard_rows += 1
+        else:
+            self.skipped_rows += 1
+
+    def _resolve(self, kind: str, labels: Mapping[str, Any]) -> tuple[Any, Any]:
+        """Where a row's values go: (server, (map index, key, bucket bound, whether rows add up, model name)),
+        the second shared by every row alike; (None or `_OTHER_SHARD`, None) for a row skipped."""
+        values = tuple([labels.get(name, "") for name in self.server_labels])
+        server = self._server_by_values.get(values, _MISSING)
+        if server is _MISSING:
+            server = self._server_by_values[values] = self.server_of(labels)
+        if server is None:
+            return (_OTHER_SHARD if labels and self._in_other_shard(labels) else None), None
+        key = (kind, labels.get("__name__", ""), labels.get("dp_rank"), labels.get("le"))
+        slot = _SLOTS.get(key, _MISSING)
+        if slot is _MISSING:
+            slot = _slot(kind, {k: scrub_text(labels[k], NAME_CHARS) for k in _SLOT_LABELS if k in labels})
+            if len(_SLOTS) >= _MAX_SLOTS:
+                _SLOTS.clear()
+            _SLOTS[key] = slot
+        if slot is None:
+            return None, None
+        index, outer, inner, accumulate = slot
+        model_name = labels.get("model_name") if index == _Sample.COUNTER else None
+        if model_name:
+            model_name = scrub_text(model_name, NAME_CHARS)
+        where = (index, outer, inner, accumulate, model_name or None)
+        shared = _WHERES.get(where)
+        if shared is None:
+            if len(_WHERES) >= _MAX_SLOTS:
+                _WHERES.clear()
+            shared = _WHERES[where] = where
+        return server, shared
+
+    def _store(self, server: str, where: tuple[int, Any, Any, bool, str | None],
+               points: Iterable[tuple[float, float]]) -> int:
+        """A resolved row's points into its server's samples; the count stored."""
+        index, outer, inner, accumulate, model_name = where
+        per_time = self.samples.get(server)
+        if per_time is None:
+            per_time = self.samples[server] = {}
+        added = 0
+        for t, value in points:
+            if value != value:  # NaN: no sample
+                continue
+            sample = per_time.get(t)
+            if sample is None:
+                sample = per_time[t] = _Sample()
+            found = sample.maps[index]
+            if inner is not None:  # a bucket: histogram -> {le: value}
+                found = found.get(outer) or found.setdefault(outer, {})
+                found[inner] = value
+            elif accumulate:
+                found[outer] = found.get(outer, 0.0) + value
+            else:
+                found[outer] = value
+            if model_name and sample.model_name is None:
+                sample.model_name = model_name
+            added += 1
+        return added
 
     def _in_other_shard(self, labels: Mapping[str, Any]) -> bool:
         return "/".join(scrub_text(labels.get(name, ""), NAME_CHARS) for name in self.server_labels) in self.other_shards

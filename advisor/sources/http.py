@@ -356,9 +356,11 @@ class HttpClient:
             url=received.url,
         )
 
-    def finish(self, received: Received, check_raw: Callable[[bytes], str | None] | None = None) -> FetchResult:
+    def finish(self, received: Received, check_raw: Callable[[bytes], str | None] | None = None,
+               scan: Callable[[str], Any] | None = None) -> FetchResult:
         """A received answer read: its text, or its JSON decoded (`check_raw` may refuse a successful body
-        before it is decoded, since decoding holds the interpreter for its whole length)."""
+        before it is decoded, since decoding holds the interpreter for its whole length; `scan` may read a
+        successful body's text in a known layout instead, its None leaving it to the JSON decoder)."""
         if received.failure is not None:
             return received.failure
         status, shown, method, started = received.status or 0, received.url, received.method, received.started
@@ -380,6 +382,9 @@ class HttpClient:
             return self._failed(received, detail, status=status, body=text)
         if not received.want_json:
             return FetchResult(True, status, text, None, time.monotonic() - started, shown, warning)
+        scanned = scan(text) if scan is not None else None
+        if scanned is not None:
+            return FetchResult(True, status, scanned, None, time.monotonic() - started, shown, warning)
         try:
             decoded = json.loads(text, parse_constant=_reject_constant)
         except RecursionError:

@@ -5,6 +5,7 @@ shown), like `advisor.sources.http.FetchResult`, so the daemon can count them an
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
@@ -189,21 +190,36 @@ class PrometheusClient:
         return self._http.receive_form_json(f"{self.base_url}/api/v1/{endpoint}", params)
 
     def read(self, received: Received, *, scrub_labels: bool = True,
-             take: Callable[[Iterator[Row]], None] | None = None) -> QueryResult:
+             take: Callable[[Iterator[Row]], None] | None = None,
+             take_texts: Callable[[list[RowText]], int] | None = None) -> QueryResult:
         """A sent query's answer decoded into series (or its failure, one line). `scrub_labels=False` leaves
         each series' labels as the store sent them (an object, its values not yet scrubbed nor known to be
         strings): for a caller that scrubs the few it keeps, a fleet's million rows a cycle being mostly
         looked up and dropped (`advisor.sources.fleet_queries.FleetFrame`). With `take`, the series are
         handed to it as they are decoded, (labels, samples) one at a time, and not kept (the result's
-        `series` is empty): `take` raising TypeError or ValueError on a row fails the result as malformed."""
+        `series` is empty): `take` raising TypeError or ValueError on a row fails the result as malformed.
+        With `take_texts` as well, a vector answer in the layout Prometheus writes (`scan_vector`) is handed
+        to it as its rows' texts instead, without decoding the JSON into objects; it returns the samples it
+        left out as not finite."""
         shown, started = received.url, received.started
 
         def failed(message: str) -> QueryResult:
             return QueryResult(False, error=self._http.snippet(f"POST {shown}: {message}", FIELD_CHARS),
                                elapsed_seconds=time.monotonic() - started)
 
-        result = self._http.finish(received, check_raw=self._count_series)
+        result = self._http.finish(received, check_raw=self._count_series,
+                                   scan=scan_vector if take_texts is not None else None)
         body: Any = result.body
+        if result.ok and isinstance(body, ScannedVector):
+            if len(body.rows) > self.max_series:
+                return failed(_too_many_series(len(body.rows), self.max_series))
+            try:
+                skipped = take_texts(body.rows) if take_texts is not None else 0
+            except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
+                return failed(f"malformed result ({type(exc).__name__}: {exc})")
+            self.skipped_samples += skipped
+            notes: tuple[str, ...] = (f"{skipped} sample(s) not finite (NaN, Inf) skipped",) if skipped else ()
+            return QueryResult(True, [], None, time.monotonic() - started, notes, skipped)
         if not result.ok:
             error_body = _json_object(body) if isinstance(body, str) else None
             if error_body is None or not error_body.get("errorType"):
@@ -294,6 +310,40 @@ def _finite_samples(pairs: Any) -> tuple[list[tuple[float, float]], int]:
 
 
 Row = tuple[Any, list[tuple[float, float]]]  # (labels, [(unix seconds, value)]) of one series
+RowText = tuple[str, str, str, str]  # (labels JSON, timestamp, value, "," or "") of one vector row, as sent
+
+# A vector answer exactly as Prometheus writes it: no whitespace, each row's labels one flat object, its
+# sample a JSON number and a quoted value. A label value holding a brace, an escape in a value, or anything
+# else (warnings, another key order) does not match, and the answer is decoded as JSON instead.
+_VECTOR_HEAD = '{"status":"success","data":{"resultType":"vector","result":['
+_VECTOR_TAIL = "]}}"
+_VECTOR_ROW = re.compile(r'\{"metric":(\{[^{}]*\}),"value":\[(-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?),"([^"\\]*)"\]\}(,?)')
+_VECTOR_ROW_FIXED_CHARS = len('{"metric":,"value":[,""]}')
+
+
+class ScannedVector(NamedTuple):
+    """A vector answer read by `scan_vector`: its rows' texts."""
+
+    rows: list[RowText]
+
+
+def scan_vector(text: str) -> ScannedVector | None:
+    """A vector answer's rows as their texts (labels JSON, timestamp, value, separator), found by one regular
+    expression instead of decoding a million JSON objects; None when the text is not in that layout. The rows
+    must tile the result array exactly (their lengths add up to it, commas between them), so nothing in it is
+    skipped: a label object is one flat object (JSON strings cannot hold an unescaped quote, so no value can
+    fake the `},"value":[` that ends it), and is decoded as JSON by whoever reads it first."""
+    if not text.startswith(_VECTOR_HEAD):
+        return None
+    end = len(text.rstrip())
+    if not text.endswith(_VECTOR_TAIL, 0, end):
+        return None
+    start, end = len(_VECTOR_HEAD), end - len(_VECTOR_TAIL)
+    rows: list[RowText] = _VECTOR_ROW.findall(text, start, end)
+    covered = sum(map(len, itertools.chain.from_iterable(rows))) + _VECTOR_ROW_FIXED_CHARS * len(rows)
+    if covered != end - start or (rows and (rows[-1][3] or sum(1 for row in rows if not row[3]) != 1)):
+        return None
+    return ScannedVector(rows)
 
 
 def _series_of(data: Any, max_series: int = DEFAULT_STORE_MAX_SERIES, *,

@@ -25,12 +25,14 @@ from advisor.sources.fleet_queries import (
     TOKENIZER_COUNTERS,
     FleetFrame,
     FleetQuery,
+    KnownRows,
     fleet_queries,
     replay_step,
     server_info_from_gauges,
     shard_of,
 )
 from advisor.sources.metrics import RankMetrics, parse_metrics
+from advisor.sources.prometheus_store import scan_vector
 
 FIXTURES = ("single", "tp2", "dp2tp4")
 Row = tuple[dict[str, str], list[tuple[float, float]]]
@@ -229,3 +231,42 @@ def test_replay_step():
     assert replay_step(3600, max_points=10, min_step_seconds=1) == 360
     with pytest.raises(ValueError):
         replay_step(0)
+
+
+def vector_answer(rows: list[Row]) -> str:
+    """The rows as Prometheus writes an instant query's answer (compact JSON, each value a quoted number)."""
+    return json.dumps({"status": "success", "data": {"resultType": "vector", "result": [
+        {"metric": labels, "value": [points[0][0], "NaN" if points[0][1] != points[0][1] else repr(points[0][1])]}
+        for labels, points in rows]}}, separators=(",", ":"))
+
+
+@pytest.mark.parametrize("shard", [None, (0, 2), (1, 2)])
+def test_vector_texts_read_as_the_decoded_rows(shard):
+    """An instant answer read from its text (the fleet's every cycle) fills the frame as the decoded rows do,
+    rows skipped and another shard's counted alike; a second answer with the same labels reuses the rows'
+    servers and slots, and one whose labels changed resolves them again."""
+    fleet = {"gpu-a:30000": exposition("single"), "gpu-b:30000": exposition("dp2tp4"),
+             "gpu-c:30000": exposition("single")}
+    known = {query.name: KnownRows() for query in fleet_queries('job="sglang"')}
+    for at, extra in ((1000.0, False), (1015.0, False), (1030.0, True)):
+        decoded, texts = FleetFrame(shard=shard), FleetFrame(shard=shard)
+        for query in fleet_queries('job="sglang"'):
+            rows = []
+            for instance, text in fleet.items():
+                rows += evaluate(query, exposition_samples(text, instance=instance, job="sglang"), at)
+            rows.append(({"__name__": "sglang:unknown_family", "instance": "gpu-a:30000"}, [(at, 1.0)]))
+            rows.append(({"__name__": "sglang:num_running_reqs", "instance": "gpu-b:30000"}, [(at, math.nan)]))
+            if extra:  # a server joins: the labels changed
+                rows.append(({"__name__": "sglang:num_running_reqs", "instance": "gpu-d:30000"}, [(at, 2.0)]))
+            decoded.add(query, [(labels, points) for labels, points in rows if points[0][1] == points[0][1]])
+            scanned = scan_vector(vector_answer(rows))
+            assert scanned is not None and len(scanned.rows) == len(rows)
+            before = known[query.name].digest
+            assert texts.add_texts(query, scanned.rows, known[query.name]) == 1  # the NaN sample
+            assert (known[query.name].digest == before) == (at == 1015.0)
+        assert texts.servers() == decoded.servers() and len(texts.servers()) >= 1
+        assert {name: texts.observations(name) for name in texts.servers()} == \
+            {name: decoded.observations(name) for name in decoded.servers()}
+        assert (texts.skipped_rows, texts.other_shard_rows, texts.values_added) == \
+            (decoded.skipped_rows, decoded.other_shard_rows, decoded.values_added)
+        assert texts.server_label_values == decoded.server_label_values

@@ -4,6 +4,7 @@ failure as a one-line value that never shows a credential."""
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import ssl
 import subprocess
@@ -15,7 +16,13 @@ import pytest
 from support import LoopbackServer, PostAnswer, closed_port_url
 
 from advisor.errors import InputError
-from advisor.sources.prometheus_store import PrometheusClient, StoreAuth, parse_duration, selector_matchers
+from advisor.sources.prometheus_store import (
+    PrometheusClient,
+    StoreAuth,
+    parse_duration,
+    scan_vector,
+    selector_matchers,
+)
 
 Answer = PostAnswer
 
@@ -181,3 +188,43 @@ def test_auth_misuse_is_an_input_error():
         StoreAuth(password="p")
     with pytest.raises(InputError, match="http"):
         PrometheusClient("prometheus:9090")
+
+
+def test_a_vector_answer_in_prometheus_layout_is_scanned_and_any_other_is_left_to_json():
+    """scan_vector reads the rows' texts of an answer written as Prometheus writes it; whatever it cannot read
+    exactly (a brace or escaped quote in a label, warnings, whitespace, a matrix) it leaves to the JSON decoder."""
+    head = '{"status":"success","data":{"resultType":"vector","result":['
+    rows = ('{"metric":{"__name__":"up","instance":"a:1"},"value":[1700000000.5,"1"]},'
+            '{"metric":{"instance":"b:2"},"value":[1700000000,"NaN"]}')
+    scanned = scan_vector(head + rows + "]}}\n")
+    assert scanned is not None and [row[:3] for row in scanned.rows] == [
+        ('{"__name__":"up","instance":"a:1"}', "1700000000.5", "1"), ('{"instance":"b:2"}', "1700000000", "NaN")]
+    assert scan_vector(head + "]}}") == ([],)
+    quoted = scan_vector(head + rows.replace('"a:1"', '"a\\",\\"value\\":[1"') + "]}}")  # escaped: no row end
+    assert quoted is not None and json.loads(quoted.rows[0][0])["instance"] == 'a","value":[1'
+    for text in (
+        head + rows.replace('"a:1"', '"a{1}"') + "]}}",  # a brace inside a label value
+        head + rows.replace('"1"]', '"\\u0031"]') + "]}}",  # an escape in a value
+        head + rows + '],"warnings":["w"]}}',
+        head + rows.replace("},{", "}, {") + "]}}",
+        head + rows.replace("},{", "}{") + "]}}",  # no comma between rows
+        head.replace("vector", "matrix") + rows + "]}}",
+        '{"status":"error","errorType":"bad_data","error":"x"}',
+    ):
+        assert scan_vector(text) is None, text
+
+
+def test_a_scanned_answer_is_handed_over_as_texts_and_counts_what_is_not_finite(store_with):
+    text = ('{"status":"success","data":{"resultType":"vector","result":['
+            '{"metric":{"instance":"a:1"},"value":[1700000000.5,"2"]},{"metric":{"instance":"b:2"},"value":[1,"+Inf"]}]}}')
+    store = store_with(lambda path, form, headers: (200, text.encode()))
+    taken: list[Any] = []
+
+    def take_texts(rows):
+        taken.extend(rows)
+        return sum(1 for row in rows if not math.isfinite(float(row[2])))
+
+    with PrometheusClient(store.url) as client:
+        result = client.read(client.send_query("up"), take=lambda rows: pytest.fail("decoded as JSON"),
+                             take_texts=take_texts)
+    assert result.ok and len(taken) == 2 and result.skipped_samples == 1 and client.skipped_samples == 1
