@@ -5,7 +5,7 @@ Pure: plain dataclasses in, plain dataclasses out. The daemon and `inspect` both
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from advisor.errors import InputError
@@ -127,16 +127,32 @@ def serving_config_of(server_info: ServerInfo | None, boot: BootInfo | None) -> 
     return ServingConfig()
 
 
+class ServerInfoConstants:
+    """`constants_from_server_info` of the last /server_info asked, kept while the same (frozen) answer is
+    asked again: a server's answer stands for many cycles, and the inversion costs more than the rest of its
+    model."""
+
+    def __init__(self) -> None:
+        self.info: ServerInfo | None = None
+        self.found: tuple[ByteConstants, float] | None = None
+
+    def __call__(self, info: ServerInfo) -> tuple[ByteConstants, float] | None:
+        if info is not self.info:
+            self.info, self.found = info, constants_from_server_info(info)
+        return self.found
+
+
 def server_model(
     serving: ServingConfig,
     server_info: ServerInfo | None,
     boot: BootInfo | None,
     metrics: MetricsObservation | None,
     overrides: ByteOverrides = ByteOverrides(),
+    constants_of: Callable[[ServerInfo], tuple[ByteConstants, float] | None] = constants_from_server_info,
 ) -> ServerModel:
     """What is known of one server's pools, given its serving config (`serving_config_of`). Byte constants,
-    in order of trust: the operator's, the boot log's (exact), inverted from /server_info. The clamp comes
-    from /server_info's shards, else the boot log."""
+    in order of trust: the operator's, the boot log's (exact), inverted from /server_info (by `constants_of`,
+    a `ServerInfoConstants` to reuse it). The clamp comes from /server_info's shards, else the boot log."""
     constants: ByteConstants | None = None
     rest: float | None = None
     if overrides.state_bytes_per_slot and overrides.kv_bytes_per_token:
@@ -149,7 +165,7 @@ def server_model(
         constants, rest = pools.constants, pools.rest_bytes
     if constants is None and server_info is not None:
         # no boot log, or one whose state line rounds to 0.00 GB (a tiny model): invert /server_info instead
-        inverted = constants_from_server_info(server_info)
+        inverted = constants_of(server_info)
         if inverted is not None:
             constants, rest = inverted
     if overrides.rest_gib:

@@ -23,6 +23,7 @@ from advisor.estimate.workload import EstimatorSettings, WorkloadEstimator
 from advisor.export.snapshot import HISTORY_POINTS, HistoryPoint, ServerView, history_point
 from advisor.feeder import (
     ByteOverrides,
+    ServerInfoConstants,
     exact_requests,
     model_name_of,
     observe_traffic_interval,
@@ -253,6 +254,7 @@ class ServerPipeline:
         self.replay_context: float | None = None  # the effective context L the last replay saw
         self.last_scrape_now: float | None = None  # when the previous good scrape was taken (advisor clock)
         self._serving_error = ""
+        self._info_constants = ServerInfoConstants()  # the byte constants inverted from the current /server_info
         if target.boot_log:
             try:
                 self.boot = read_boot_log(target.boot_log)
@@ -426,7 +428,7 @@ class ServerPipeline:
         if self.target.skip_decode_lock is not None:
             serving = serving.with_skip_decode_lock(self.target.skip_decode_lock)
         overrides = ByteOverrides(self.target.state_bytes_per_slot, self.target.kv_bytes_per_token, self.target.rest_gib)
-        return server_model(serving, self.server_info, self.boot, self.previous, overrides)
+        return server_model(serving, self.server_info, self.boot, self.previous, overrides, self._info_constants)
 
     def _status(self, now: float, replay_budget: ReplayBudget | None = None) -> tuple[TargetStatus, ServerModel]:
         stale = self.consecutive_failures >= self.config.stale_after_cycles

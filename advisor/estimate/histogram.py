@@ -34,7 +34,7 @@ BUCKET_ENDS = np.append(BUCKET_STARTS[1:], np.inf)
 def bucket_indices(values: np.ndarray) -> np.ndarray:
     """The bucket of each value (values below the first start go to the first bucket, past the last to the last;
     a NaN's index is meaningless, and `add_many` leaves it out)."""
-    return np.clip(np.searchsorted(BUCKET_STARTS, values, side="right") - 1, 0, len(BUCKET_STARTS) - 1)
+    return np.minimum(np.maximum(np.searchsorted(BUCKET_STARTS, values, side="right") - 1, 0), len(BUCKET_STARTS) - 1)
 
 
 class DecayingHistogram:
@@ -87,8 +87,9 @@ class DecayingHistogram:
         keep = (weights > 0) & np.isfinite(values) & (values >= 0)
         if not keep.any():
             return
-        index = (bucket_indices(values) if buckets is None else buckets)[keep]
-        values, weights = values[keep], weights[keep]
+        index = bucket_indices(values) if buckets is None else buckets
+        if not keep.all():  # (all kept, the usual case: no copies)
+            index, values, weights = index[keep], values[keep], weights[keep]
         factor = self._factor(now)
         self.weights += np.bincount(index, weights=weights * factor, minlength=len(self.weights))
         self.weighted_sum += float(np.sum(values * weights)) * factor

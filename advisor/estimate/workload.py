@@ -115,8 +115,8 @@ def pairs_from_marginals(
         g_reps = g_reps * (generation_sum / float(np.dot(g_reps, g_counts)))
     p_nz, g_nz = np.nonzero(p_counts > 0)[0], np.nonzero(g_counts > 0)[0]
     inputs = np.repeat(p_reps[p_nz], len(g_nz))
-    outputs = np.tile(g_reps[g_nz], len(p_nz))
-    weights = np.outer(p_counts[p_nz], g_counts[g_nz]).ravel() / n_g
+    outputs = np.broadcast_to(g_reps[g_nz], (len(p_nz), len(g_nz))).ravel()  # np.tile's, without its overhead
+    weights = (p_counts[p_nz][:, np.newaxis] * g_counts[g_nz]).ravel() / n_g  # np.outer's
     return inputs, outputs, weights
 
 
