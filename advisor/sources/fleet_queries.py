@@ -35,6 +35,7 @@ from advisor.sources.metrics import (
     MetricsObservation,
     build_observation,
 )
+from advisor.sources.prometheus_store import ScannedVector
 from advisor.sources.server_info import ServerInfo, ServerShard
 
 # The families a direct scrape reads, from the parser's own tables (one source of truth: the store path reads
@@ -194,12 +195,13 @@ class FleetFrame:
             added += self._store(server, where, points)
         self.values_added += added
 
-    def add_texts(self, query: FleetQuery, rows: Sequence[tuple[str, str, str, str]], known: KnownRows) -> int:
-        """A vector answer's rows as their texts (`advisor.sources.prometheus_store.scan_vector`: labels JSON,
-        timestamp, value), the same as `add` gives for them decoded. Where the answer's labels are byte for
+    def add_texts(self, query: FleetQuery, scanned: ScannedVector, known: KnownRows) -> int:
+        """A vector answer's rows as their texts (`advisor.sources.prometheus_store.scan_vector`: labels JSON
+        and value, at one timestamp), the same as `add` gives for them decoded. Where the answer's labels are byte for
         byte those of the query's last answer (`known`: their digest), each row's server and slot are taken
         from it, not worked out again from its labels: a fleet's labels rarely change between cycles. Returns
         the samples left out as not finite."""
+        rows = scanned.rows
         digest = hashlib.blake2b(digest_size=32)
         for first in range(0, len(rows), 4096):  # a chunk at a time: a million labels are not copied at once
             digest.update("\n".join([row[0] for row in rows[first:first + 4096]]).encode() + b"\n")
@@ -220,9 +222,12 @@ class FleetFrame:
         samples = self.samples
         isfinite = math.isfinite
         skipped = added = 0
-        for server, where, (_, stamp, text, _) in zip(known.servers, known.wheres, rows, strict=True):
-            t, value = float(stamp), float(text)
-            if not (isfinite(t) and isfinite(value)):
+        t = float(scanned.stamp) if rows else 0.0
+        if not isfinite(t):
+            return len(rows)
+        for server, where, (_, text, _) in zip(known.servers, known.wheres, rows, strict=True):
+            value = float(text)
+            if not isfinite(value):
                 skipped += 1
                 continue
             if where is None:

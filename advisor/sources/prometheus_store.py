@@ -191,7 +191,7 @@ class PrometheusClient:
 
     def read(self, received: Received, *, scrub_labels: bool = True,
              take: Callable[[Iterator[Row]], None] | None = None,
-             take_texts: Callable[[list[RowText]], int] | None = None) -> QueryResult:
+             take_texts: Callable[[ScannedVector], int] | None = None) -> QueryResult:
         """A sent query's answer decoded into series (or its failure, one line). `scrub_labels=False` leaves
         each series' labels as the store sent them (an object, its values not yet scrubbed nor known to be
         strings): for a caller that scrubs the few it keeps, a fleet's million rows a cycle being mostly
@@ -214,7 +214,7 @@ class PrometheusClient:
             if len(body.rows) > self.max_series:
                 return failed(_too_many_series(len(body.rows), self.max_series))
             try:
-                skipped = take_texts(body.rows) if take_texts is not None else 0
+                skipped = take_texts(body) if take_texts is not None else 0
             except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
                 return failed(f"malformed result ({type(exc).__name__}: {exc})")
             self.skipped_samples += skipped
@@ -310,40 +310,50 @@ def _finite_samples(pairs: Any) -> tuple[list[tuple[float, float]], int]:
 
 
 Row = tuple[Any, list[tuple[float, float]]]  # (labels, [(unix seconds, value)]) of one series
-RowText = tuple[str, str, str, str]  # (labels JSON, timestamp, value, "," or "") of one vector row, as sent
+RowText = tuple[str, str, str]  # (labels JSON, value, "," or "") of one vector row, as sent
 
-# A vector answer exactly as Prometheus writes it: no whitespace, each row's labels one flat object, its
-# sample a JSON number and a quoted value. A label value holding a brace, an escape in a value, or anything
-# else (warnings, another key order) does not match, and the answer is decoded as JSON instead.
+# A vector answer exactly as Prometheus writes it: no whitespace, each row's labels one flat object, every
+# row's sample at the one evaluation time (a JSON number) and its value quoted. A label value holding a brace,
+# an escape in a value, rows at different times, or anything else (warnings, another key order) does not
+# match, and the answer is decoded as JSON instead.
 _VECTOR_HEAD = '{"status":"success","data":{"resultType":"vector","result":['
 _VECTOR_TAIL = "]}}"
-_VECTOR_ROW = re.compile(r'\{"metric":(\{[^{}]*\}),"value":\[(-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?),"([^"\\]*)"\]\}(,?)')
+_VECTOR_STAMP = re.compile(r'\{"metric":\{[^{}]*\},"value":\[(-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?),"')
+_VECTOR_ROW_AT = r'\{"metric":(\{[^{}]*\}),"value":\[%s,"([^"\\]*)"\]\}(,?)'  # % the stamp, escaped
 _VECTOR_ROW_FIXED_CHARS = len('{"metric":,"value":[,""]}')
 
 
 class ScannedVector(NamedTuple):
-    """A vector answer read by `scan_vector`: its rows' texts."""
+    """A vector answer read by `scan_vector`: its rows' texts and their one timestamp's."""
 
+    stamp: str
     rows: list[RowText]
 
 
 def scan_vector(text: str) -> ScannedVector | None:
-    """A vector answer's rows as their texts (labels JSON, timestamp, value, separator), found by one regular
-    expression instead of decoding a million JSON objects; None when the text is not in that layout. The rows
-    must tile the result array exactly (their lengths add up to it, commas between them), so nothing in it is
-    skipped: a label object is one flat object (JSON strings cannot hold an unescaped quote, so no value can
-    fake the `},"value":[` that ends it), and is decoded as JSON by whoever reads it first."""
+    """A vector answer's rows as their texts (labels JSON, value, separator) and their timestamp, found by
+    one regular expression instead of decoding a million JSON objects; None when the text is not in that
+    layout. The rows must tile the result array exactly (their lengths add up to it, commas between them),
+    so nothing in it is skipped: a label object is one flat object (JSON strings cannot hold an unescaped
+    quote, so no value can fake the `},"value":[` that ends it), and is decoded as JSON by whoever reads it
+    first."""
     if not text.startswith(_VECTOR_HEAD):
         return None
     end = len(text.rstrip())
     if not text.endswith(_VECTOR_TAIL, 0, end):
         return None
     start, end = len(_VECTOR_HEAD), end - len(_VECTOR_TAIL)
-    rows: list[RowText] = _VECTOR_ROW.findall(text, start, end)
-    covered = sum(map(len, itertools.chain.from_iterable(rows))) + _VECTOR_ROW_FIXED_CHARS * len(rows)
-    if covered != end - start or (rows and (rows[-1][3] or sum(1 for row in rows if not row[3]) != 1)):
+    if start == end:
+        return ScannedVector("", [])
+    first = _VECTOR_STAMP.match(text, start, end)
+    if first is None:
         return None
-    return ScannedVector(rows)
+    stamp = first.group(1)
+    rows: list[RowText] = re.compile(_VECTOR_ROW_AT % re.escape(stamp)).findall(text, start, end)
+    covered = sum(map(len, itertools.chain.from_iterable(rows))) + (_VECTOR_ROW_FIXED_CHARS + len(stamp)) * len(rows)
+    if covered != end - start or not rows or rows[-1][2] or sum(1 for row in rows if not row[2]) != 1:
+        return None
+    return ScannedVector(stamp, rows)
 
 
 def _series_of(data: Any, max_series: int = DEFAULT_STORE_MAX_SERIES, *,

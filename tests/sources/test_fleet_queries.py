@@ -262,7 +262,7 @@ def test_vector_texts_read_as_the_decoded_rows(shard):
             scanned = scan_vector(vector_answer(rows))
             assert scanned is not None and len(scanned.rows) == len(rows)
             before = known[query.name].digest
-            assert texts.add_texts(query, scanned.rows, known[query.name]) == 1  # the NaN sample
+            assert texts.add_texts(query, scanned, known[query.name]) == 1  # the NaN sample
             assert (known[query.name].digest == before) == (at == 1015.0)
         assert texts.servers() == decoded.servers() and len(texts.servers()) >= 1
         assert {name: texts.observations(name) for name in texts.servers()} == \

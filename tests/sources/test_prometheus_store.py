@@ -192,19 +192,21 @@ def test_auth_misuse_is_an_input_error():
 
 def test_a_vector_answer_in_prometheus_layout_is_scanned_and_any_other_is_left_to_json():
     """scan_vector reads the rows' texts of an answer written as Prometheus writes it; whatever it cannot read
-    exactly (a brace or escaped quote in a label, warnings, whitespace, a matrix) it leaves to the JSON decoder."""
+    exactly (a brace in a label, an escape in a value, rows at different times, warnings, whitespace, a
+    matrix) it leaves to the JSON decoder."""
     head = '{"status":"success","data":{"resultType":"vector","result":['
     rows = ('{"metric":{"__name__":"up","instance":"a:1"},"value":[1700000000.5,"1"]},'
-            '{"metric":{"instance":"b:2"},"value":[1700000000,"NaN"]}')
+            '{"metric":{"instance":"b:2"},"value":[1700000000.5,"NaN"]}')
     scanned = scan_vector(head + rows + "]}}\n")
-    assert scanned is not None and [row[:3] for row in scanned.rows] == [
-        ('{"__name__":"up","instance":"a:1"}', "1700000000.5", "1"), ('{"instance":"b:2"}', "1700000000", "NaN")]
-    assert scan_vector(head + "]}}") == ([],)
+    assert scanned is not None and scanned.stamp == "1700000000.5" and [row[:2] for row in scanned.rows] == [
+        ('{"__name__":"up","instance":"a:1"}', "1"), ('{"instance":"b:2"}', "NaN")]
+    assert scan_vector(head + "]}}") == ("", [])
     quoted = scan_vector(head + rows.replace('"a:1"', '"a\\",\\"value\\":[1"') + "]}}")  # escaped: no row end
     assert quoted is not None and json.loads(quoted.rows[0][0])["instance"] == 'a","value":[1'
     for text in (
         head + rows.replace('"a:1"', '"a{1}"') + "]}}",  # a brace inside a label value
         head + rows.replace('"1"]', '"\\u0031"]') + "]}}",  # an escape in a value
+        head + rows.replace('1700000000.5,"NaN"', '1700000001,"NaN"') + "]}}",  # another time
         head + rows + '],"warnings":["w"]}}',
         head + rows.replace("},{", "}, {") + "]}}",
         head + rows.replace("},{", "}{") + "]}}",  # no comma between rows
@@ -216,13 +218,13 @@ def test_a_vector_answer_in_prometheus_layout_is_scanned_and_any_other_is_left_t
 
 def test_a_scanned_answer_is_handed_over_as_texts_and_counts_what_is_not_finite(store_with):
     text = ('{"status":"success","data":{"resultType":"vector","result":['
-            '{"metric":{"instance":"a:1"},"value":[1700000000.5,"2"]},{"metric":{"instance":"b:2"},"value":[1,"+Inf"]}]}}')
+            '{"metric":{"instance":"a:1"},"value":[1.5,"2"]},{"metric":{"instance":"b:2"},"value":[1.5,"+Inf"]}]}}')
     store = store_with(lambda path, form, headers: (200, text.encode()))
     taken: list[Any] = []
 
-    def take_texts(rows):
-        taken.extend(rows)
-        return sum(1 for row in rows if not math.isfinite(float(row[2])))
+    def take_texts(scanned):
+        taken.extend(scanned.rows)
+        return sum(1 for row in scanned.rows if not math.isfinite(float(row[1])))
 
     with PrometheusClient(store.url) as client:
         result = client.read(client.send_query("up"), take=lambda rows: pytest.fail("decoded as JSON"),
