@@ -247,8 +247,10 @@ class StoreFleet:
                 # Rows go into the frame as they are decoded, their labels as the store sent them (the frame
                 # scrubs the few it keeps: server and model names); a label value that is no string fails
                 # the answer as malformed.
+                known = self.known_rows[query.name]
                 result = self.client.read(received, scrub_labels=False, take=partial(frame.add, query),
-                                          take_texts=partial(frame.add_texts, query, known=self.known_rows[query.name]))
+                                          take_texts=partial(frame.add_texts, query, known=known),
+                                          known_digest=known.digest)
                 del received
                 if not result.ok:
                     return self._empty_frame(), result.error or "store query failed"

@@ -196,36 +196,35 @@ class FleetFrame:
         self.values_added += added
 
     def add_texts(self, query: FleetQuery, scanned: ScannedVector, known: KnownRows) -> int:
-        """A vector answer's rows as their texts (`advisor.sources.prometheus_store.scan_vector`: labels JSON
-        and value, at one timestamp), the same as `add` gives for them decoded. Where the answer's labels are byte for
-        byte those of the query's last answer (`known`: their digest), each row's server and slot are taken
-        from it, not worked out again from its labels: a fleet's labels rarely change between cycles. Returns
-        the samples left out as not finite."""
-        rows = scanned.rows
-        digest = hashlib.blake2b(digest_size=32)
-        for first in range(0, len(rows), 4096):  # a chunk at a time: a million labels are not copied at once
-            digest.update("\n".join([row[0] for row in rows[first:first + 4096]]).encode() + b"\n")
-        if known.digest != digest.digest():
+        """A vector answer read as texts (`advisor.sources.prometheus_store.scan_vector`: values at one
+        timestamp, and each row's labels unless they were `known`'s), the same as `add` gives for it decoded.
+        Where the answer's labels are byte for byte those of the query's last answer (`known`: their digest),
+        each row's server and slot are taken from it, not worked out again from its labels: a fleet's labels
+        rarely change between cycles. Returns the samples left out as not finite."""
+        if scanned.rows is not None:
             kind = query.kind
             servers, wheres = [], []
-            for row in rows:
+            for row in scanned.rows:
                 labels = json.loads(row[0])
                 if not isinstance(labels, dict):
                     raise TypeError("metric labels are not an object")
                 server, where = self._resolve(kind, labels)
                 servers.append(server)
                 wheres.append(where)
-            known.digest, known.servers, known.wheres = digest.digest(), servers, wheres
+            known.digest, known.servers, known.wheres = scanned.digest, servers, wheres
             known.server_labels = dict(self.server_label_values)
+        elif scanned.digest != known.digest:
+            raise ValueError("the answer's labels are not those resolved before")
         labels_of = self.server_label_values
         known_labels = known.server_labels
         samples = self.samples
         isfinite = math.isfinite
         skipped = added = 0
-        t = float(scanned.stamp) if rows else 0.0
+        values = scanned.values
+        t = float(scanned.stamp) if values else 0.0
         if not isfinite(t):
-            return len(rows)
-        for server, where, (_, text, _) in zip(known.servers, known.wheres, rows, strict=True):
+            return len(values)
+        for server, where, text in zip(known.servers, known.wheres, values, strict=True):
             value = float(text)
             if not isfinite(value):
                 skipped += 1

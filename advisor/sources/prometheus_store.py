@@ -5,6 +5,7 @@ shown), like `advisor.sources.http.FetchResult`, so the daemon can count them an
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import math
@@ -191,16 +192,17 @@ class PrometheusClient:
 
     def read(self, received: Received, *, scrub_labels: bool = True,
              take: Callable[[Iterator[Row]], None] | None = None,
-             take_texts: Callable[[ScannedVector], int] | None = None) -> QueryResult:
+             take_texts: Callable[[ScannedVector], int] | None = None,
+             known_digest: bytes | None = None) -> QueryResult:
         """A sent query's answer decoded into series (or its failure, one line). `scrub_labels=False` leaves
         each series' labels as the store sent them (an object, its values not yet scrubbed nor known to be
         strings): for a caller that scrubs the few it keeps, a fleet's million rows a cycle being mostly
         looked up and dropped (`advisor.sources.fleet_queries.FleetFrame`). With `take`, the series are
         handed to it as they are decoded, (labels, samples) one at a time, and not kept (the result's
         `series` is empty): `take` raising TypeError or ValueError on a row fails the result as malformed.
-        With `take_texts` as well, a vector answer in the layout Prometheus writes (`scan_vector`) is handed
-        to it as its rows' texts instead, without decoding the JSON into objects; it returns the samples it
-        left out as not finite."""
+        With `take_texts` as well, a vector answer in the layout Prometheus writes (`scan_vector`, told the
+        `known_digest` of labels the caller has resolved) is handed to it as texts instead, without decoding
+        the JSON into objects; it returns the samples it left out as not finite."""
         shown, started = received.url, received.started
 
         def failed(message: str) -> QueryResult:
@@ -208,11 +210,11 @@ class PrometheusClient:
                                elapsed_seconds=time.monotonic() - started)
 
         result = self._http.finish(received, check_raw=self._count_series,
-                                   scan=scan_vector if take_texts is not None else None)
+                                   scan=partial(scan_vector, known_digest=known_digest) if take_texts else None)
         body: Any = result.body
         if result.ok and isinstance(body, ScannedVector):
-            if len(body.rows) > self.max_series:
-                return failed(_too_many_series(len(body.rows), self.max_series))
+            if len(body.values) > self.max_series:
+                return failed(_too_many_series(len(body.values), self.max_series))
             try:
                 skipped = take_texts(body) if take_texts is not None else 0
             except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
@@ -321,22 +323,33 @@ _VECTOR_TAIL = "]}}"
 _VECTOR_STAMP = re.compile(r'\{"metric":\{[^{}]*\},"value":\[(-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?),"')
 _VECTOR_ROW_AT = r'\{"metric":(\{[^{}]*\}),"value":\[%s,"([^"\\]*)"\]\}(,?)'  # % the stamp, escaped
 _VECTOR_ROW_FIXED_CHARS = len('{"metric":,"value":[,""]}')
+_SCAN_SLICE_CHARS = 1 << 20
 
 
 class ScannedVector(NamedTuple):
-    """A vector answer read by `scan_vector`: its rows' texts and their one timestamp's."""
+    """A vector answer read by `scan_vector`: the one timestamp of its rows, the digest of its labels, and
+    its values in row order; its rows' texts too, unless its labels were those the caller knew."""
 
     stamp: str
-    rows: list[RowText]
+    digest: bytes
+    values: list[str]
+    rows: list[RowText] | None
 
 
-def scan_vector(text: str) -> ScannedVector | None:
-    """A vector answer's rows as their texts (labels JSON, value, separator) and their timestamp, found by
-    one regular expression instead of decoding a million JSON objects; None when the text is not in that
-    layout. The rows must tile the result array exactly (their lengths add up to it, commas between them),
-    so nothing in it is skipped: a label object is one flat object (JSON strings cannot hold an unescaped
-    quote, so no value can fake the `},"value":[` that ends it), and is decoded as JSON by whoever reads it
-    first."""
+def _value_pattern(stamp: str) -> re.Pattern[str]:
+    return re.compile(r',"value":\[' + re.escape(stamp) + r',"([^"\\]*)"\]\}')
+
+
+def scan_vector(text: str, known_digest: bytes | None = None) -> ScannedVector | None:
+    """A vector answer's values and timestamp, found by regular expressions instead of decoding a million
+    JSON objects, and the digest of its labels (of the text with every row's sample cut out); None when the
+    text is not in that layout. When the digest is `known_digest` (the labels the caller resolved from an
+    earlier answer, laid out the same), the values are all it needs: that earlier answer was read row by row,
+    and its text without samples has no `"value":[` left, so neither has this one's. Otherwise every row's
+    text is read: the rows must tile the result array exactly (their lengths add up to it, commas between
+    them), so nothing in it is skipped; a label object is one flat object (JSON strings cannot hold an
+    unescaped quote, so no value can fake the `},"value":[` that ends it), decoded as JSON by whoever reads
+    it first."""
     if not text.startswith(_VECTOR_HEAD):
         return None
     end = len(text.rstrip())
@@ -344,16 +357,30 @@ def scan_vector(text: str) -> ScannedVector | None:
         return None
     start, end = len(_VECTOR_HEAD), end - len(_VECTOR_TAIL)
     if start == end:
-        return ScannedVector("", [])
+        return ScannedVector("", b"", [], [])
     first = _VECTOR_STAMP.match(text, start, end)
     if first is None:
         return None
     stamp = first.group(1)
+    values_at = _value_pattern(stamp)
+    hashed = hashlib.blake2b(digest_size=32)
+    values: list[str] = []
+    at = 0
+    while at < len(text):  # a slice of whole rows at a time: the text is not copied at once
+        cut = text.find('},{"metric":', at + _SCAN_SLICE_CHARS) + 1 or len(text)
+        piece = text[at:cut] if cut < len(text) else text[at:].rstrip()
+        hashed.update(values_at.sub("", piece).encode())
+        values += values_at.findall(piece)
+        at = cut
+    digest = hashed.digest()
+    if digest == known_digest:
+        return ScannedVector(stamp, digest, values, None)
+    del values
     rows: list[RowText] = re.compile(_VECTOR_ROW_AT % re.escape(stamp)).findall(text, start, end)
     covered = sum(map(len, itertools.chain.from_iterable(rows))) + (_VECTOR_ROW_FIXED_CHARS + len(stamp)) * len(rows)
     if covered != end - start or not rows or rows[-1][2] or sum(1 for row in rows if not row[2]) != 1:
         return None
-    return ScannedVector(stamp, rows)
+    return ScannedVector(stamp, digest, [row[1] for row in rows], rows)
 
 
 def _series_of(data: Any, max_series: int = DEFAULT_STORE_MAX_SERIES, *,

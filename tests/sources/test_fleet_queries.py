@@ -259,11 +259,10 @@ def test_vector_texts_read_as_the_decoded_rows(shard):
             if extra:  # a server joins: the labels changed
                 rows.append(({"__name__": "sglang:num_running_reqs", "instance": "gpu-d:30000"}, [(at, 2.0)]))
             decoded.add(query, [(labels, points) for labels, points in rows if points[0][1] == points[0][1]])
-            scanned = scan_vector(vector_answer(rows))
-            assert scanned is not None and len(scanned.rows) == len(rows)
-            before = known[query.name].digest
+            scanned = scan_vector(vector_answer(rows), known_digest=known[query.name].digest)
+            assert scanned is not None and len(scanned.values) == len(rows)
+            assert (scanned.rows is None) == (at == 1015.0)  # the labels of the answer before: values only
             assert texts.add_texts(query, scanned, known[query.name]) == 1  # the NaN sample
-            assert (known[query.name].digest == before) == (at == 1015.0)
         assert texts.servers() == decoded.servers() and len(texts.servers()) >= 1
         assert {name: texts.observations(name) for name in texts.servers()} == \
             {name: decoded.observations(name) for name in decoded.servers()}

@@ -198,9 +198,16 @@ def test_a_vector_answer_in_prometheus_layout_is_scanned_and_any_other_is_left_t
     rows = ('{"metric":{"__name__":"up","instance":"a:1"},"value":[1700000000.5,"1"]},'
             '{"metric":{"instance":"b:2"},"value":[1700000000.5,"NaN"]}')
     scanned = scan_vector(head + rows + "]}}\n")
-    assert scanned is not None and scanned.stamp == "1700000000.5" and [row[:2] for row in scanned.rows] == [
-        ('{"__name__":"up","instance":"a:1"}', "1"), ('{"instance":"b:2"}', "NaN")]
-    assert scan_vector(head + "]}}") == ("", [])
+    assert scanned is not None and scanned.stamp == "1700000000.5" and scanned.rows is not None
+    assert [row[:2] for row in scanned.rows] == [('{"__name__":"up","instance":"a:1"}', "1"), ('{"instance":"b:2"}', "NaN")]
+    assert scanned.values == ["1", "NaN"]
+    # the same labels again (other values, another time): the values are all that is read
+    again = scan_vector(head + rows.replace('"1"]', '"2"]').replace("1700000000.5", "1700000015") + "]}}",
+                        known_digest=scanned.digest)
+    assert again is not None and again.rows is None and again.values == ["2", "NaN"] and again.stamp == "1700000015"
+    changed = scan_vector(head + rows.replace("b:2", "c:3") + "]}}", known_digest=scanned.digest)
+    assert changed is not None and changed.rows is not None and changed.digest != scanned.digest
+    assert scan_vector(head + "]}}") == ("", b"", [], [])
     quoted = scan_vector(head + rows.replace('"a:1"', '"a\\",\\"value\\":[1"') + "]}}")  # escaped: no row end
     assert quoted is not None and json.loads(quoted.rows[0][0])["instance"] == 'a","value":[1'
     for text in (
@@ -223,8 +230,8 @@ def test_a_scanned_answer_is_handed_over_as_texts_and_counts_what_is_not_finite(
     taken: list[Any] = []
 
     def take_texts(scanned):
-        taken.extend(scanned.rows)
-        return sum(1 for row in scanned.rows if not math.isfinite(float(row[1])))
+        taken.extend(scanned.values)
+        return sum(1 for value in scanned.values if not math.isfinite(float(value)))
 
     with PrometheusClient(store.url) as client:
         result = client.read(client.send_query("up"), take=lambda rows: pytest.fail("decoded as JSON"),
