@@ -318,11 +318,18 @@ def test_outputs_a_continuation_fixed_are_kept_and_counted():
     assert live_context(dealt) == pytest.approx(target, rel=0.1)
 
 
-def test_a_batch_length_the_drawn_pairing_already_makes_keeps_it():
+def test_a_batch_length_the_drawn_pairing_comes_within_a_tenth_of_keeps_it():
+    """The shown length is a time-sampled gauge, the picture's step-weighted: within a tenth the drawn pairing
+    stands, and beyond it the pairing moves only as far as the band's edge."""
     rng = np.random.default_rng(5)
     drawn = [RequestSpec(float(k), int(rng.integers(100, 20000)), int(rng.integers(10, 2000)), UNSET_MAX_NEW_TOKENS)
              for k in range(300)]
-    assert paired_to_live_context(drawn, live_context(drawn), rng) == drawn
+    length = live_context(drawn)
+    assert paired_to_live_context(drawn, length, rng) == drawn
+    assert paired_to_live_context(drawn, 1.08 * length, rng) == drawn
+    assert paired_to_live_context(drawn, 0.93 * length, rng) == drawn
+    moved = live_context(paired_to_live_context(drawn, 1.3 * length, rng))
+    assert 0.9 * 1.3 * length <= moved < 0.95 * 1.3 * length
 
 
 def test_the_scrapes_running_batch_length_pairs_the_pictures_outputs():
