@@ -387,10 +387,11 @@ def _live_batch(seq_tokens: float | None, running: float | None) -> dict[str, fl
 
 
 def _mean_live_context(bins: Sequence[TrafficBin]) -> float | None:
-    """The running batch's mean sequence length over the bins that showed one (busy), weighted by their length."""
+    """The running batch's mean sequence length over the bins that showed one (busy), weighted by their length;
+    None under MIN_LIVE_SAMPLES busy bins (a handful of gauge readings says too little to pair by)."""
     busy = [b for b in bins if b.live_running > 0]
     seconds = sum(b.end - b.start for b in busy)
-    if not busy or seconds <= 0:
+    if len(busy) < MIN_LIVE_SAMPLES or seconds <= 0:
         return None
     return sum((b.end - b.start) * b.live_seq_tokens / b.live_running for b in busy) / seconds
 
@@ -417,6 +418,9 @@ PAIRING_STEPS = 25
 # right. The drawn pairing stands while it comes within this share of the target; beyond, beta moves only as
 # far as that band's edge.
 PAIRING_TOLERANCE = 0.1
+# Scrapes that must have shown a running batch before its mean length pairs the outputs (30 min of 15 s scrapes
+# give 120; fewer than this and the stays pair them, as without the gauge).
+MIN_LIVE_SAMPLES = 20
 
 
 def paired_to_live_context(requests: list[RequestSpec], target: float, rng: np.random.Generator,

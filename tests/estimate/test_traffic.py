@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from advisor.estimate.traffic import (
+    MIN_LIVE_SAMPLES,
     UNSET_MAX_NEW_TOKENS,
     ExactRequest,
     TrafficEstimator,
@@ -332,21 +333,27 @@ def test_a_batch_length_the_drawn_pairing_comes_within_a_tenth_of_keeps_it():
     assert 0.9 * 1.3 * length <= moved < 0.95 * 1.3 * length
 
 
-def test_the_scrapes_running_batch_length_pairs_the_pictures_outputs():
-    """Chat and documents finish in the interval they came, so their stays say nothing; the running batch's mean
-    length (decode_sum_seq_lens / num_running_reqs) says the documents hold long sequences: they get the long
-    outputs. Checkpointed bins keep what the scrapes showed."""
+def _chat_and_documents(scrapes, batch_length):
+    """Chat and documents that finish in the interval they came (their stays say nothing), scraped `scrapes`
+    times, each scrape showing a running batch of mean length `batch_length` (None: the gauge not shown)."""
     traffic = TrafficEstimator(TrafficSettings(window_seconds=900))
     traffic.observe_interval(0.0, 15.0, finished=0, in_system=0, queued=0)
-    truth = [RequestSpec(0.0, 600, 100, 16)] * 8 + [RequestSpec(0.0, 30000, 1000, 16)] * 2
-    batch_length = live_context(truth)
-    for index in range(40):
+    for index in range(scrapes):
         traffic.observe_admissions([[1, 600, 0]] * 8 + [[1, 30000, 0]] * 2, chunk_tokens=None)
         traffic.observe_interval(15.0 * (index + 1), 15.0, finished=10, in_system=0, queued=0,
                                  prompt_bounds=PROMPT_BOUNDS, prompt_counts=[8, 0, 0, 2, 0],
                                  prompt_sum=8 * 600 + 2 * 30000, generation_bounds=OUTPUT_BOUNDS,
                                  generation_counts=[8, 0, 2, 0], generation_sum=8 * 100 + 2 * 1000,
-                                 live_seq_tokens=batch_length * 6, live_running=6)
+                                 live_seq_tokens=None if batch_length is None else batch_length * 6, live_running=6)
+    return traffic
+
+
+def test_the_scrapes_running_batch_length_pairs_the_pictures_outputs():
+    """The running batch's mean length (decode_sum_seq_lens / num_running_reqs) says the documents hold long
+    sequences: they get the long outputs. Checkpointed bins keep what the scrapes showed."""
+    truth = [RequestSpec(0.0, 600, 100, 16)] * 8 + [RequestSpec(0.0, 30000, 1000, 16)] * 2
+    batch_length = live_context(truth)
+    traffic = _chat_and_documents(40, batch_length)
     picture = traffic.picture(seed=4)
     assert picture is not None
     docs = [r.output_tokens for r in picture.requests if r.input_tokens > 10000]
@@ -355,6 +362,13 @@ def test_the_scrapes_running_batch_length_pairs_the_pictures_outputs():
     assert live_context(picture.requests) == pytest.approx(batch_length, rel=0.1)
     restored = TrafficEstimator.from_dict(traffic.to_dict())
     assert restored.picture(seed=4) == picture
+    assert _chat_and_documents(40, None).picture(seed=4) != picture  # without the gauge: paired as drawn
+
+
+def test_a_handful_of_scrapes_of_the_running_batch_leaves_the_pairing_as_drawn():
+    truth = [RequestSpec(0.0, 600, 100, 16)] * 8 + [RequestSpec(0.0, 30000, 1000, 16)] * 2
+    few = MIN_LIVE_SAMPLES - 1
+    assert _chat_and_documents(few, live_context(truth)).picture(seed=4) == _chat_and_documents(few, None).picture(seed=4)
 
 
 def test_prefix_hits_without_request_logs_become_conversations():
