@@ -289,8 +289,8 @@ def _recommend(
         gain = max(g for g in (replay.gain, replay.robust_gain) if g is not None)
         balanced_gain, min_gain = None, settings.min_goodput_gain
         # Hysteresis: a move already advised in this direction stands until its gain falls below a third of the
-        # bar, so a gain hovering at the threshold does not flip the decision every replay.
-        # A move advised for a cliff stands while the cliff stays within the wider keep margin.
+        # bar, so a gain hovering at the threshold does not flip the decision every replay; and a move advised
+        # for a cliff stands while the cliff stays within the replay's wider keep margin.
         direction = "raise_ratio" if live_ratio is not None and target > live_ratio else "lower_ratio"
         if previous_decision == direction:
             min_gain = settings.min_goodput_gain * settings.keep_gain_share

@@ -102,28 +102,29 @@ class ReplayCurve:
     @property
     def gain(self) -> float | None:
         """Predicted goodput at the chosen ratio over the live one."""
-        if self.live_goodput is None or self.live_goodput <= 0:
-            return None
-        return self.chosen_goodput / self.live_goodput
+        return _gain(self.chosen_goodput, self.live_goodput)
 
     @property
     def robust_gain(self) -> float | None:
         """The chosen ratio's worst score within the margin over the live ratio's: the value of moving away from a
         cliff the live ratio sits next to, even where the observed traffic happened not to fall off it."""
-        if not self.live_robust_goodput or self.chosen_robust_goodput is None:
-            return None
-        return self.chosen_robust_goodput / self.live_robust_goodput
+        return _gain(self.chosen_robust_goodput, self.live_robust_goodput)
 
     @property
     def keep_robust_gain(self) -> float | None:
         """`robust_gain` within the keep margin: while it holds, an advised move away from a cliff stands."""
-        if not self.live_keep_robust_goodput or self.chosen_keep_robust_goodput is None:
-            return None
-        return self.chosen_keep_robust_goodput / self.live_keep_robust_goodput
+        return _gain(self.chosen_keep_robust_goodput, self.live_keep_robust_goodput)
 
     @property
     def width_ratio(self) -> float:
         return self.width_upper / self.width_lower if self.width_lower > 0 else math.inf
+
+
+def _gain(chosen: float | None, live: float | None) -> float | None:
+    """chosen / live, or None where either is unknown or the live score is not positive."""
+    if chosen is None or live is None or live <= 0:
+        return None
+    return chosen / live
 
 
 def _score(result: SimResult) -> float:
