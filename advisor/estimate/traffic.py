@@ -44,6 +44,19 @@ TURN_OUTPUT_CAP = 4096
 TURN_GAP_SECONDS = 60.0
 # A prompt bucket's outputs are rescaled by its mean residence only when this many of its requests finished.
 MIN_BUCKET_FINISHES = 5
+# How strongly an output may follow its prompt: the calibration tries weights from -PAIRING_STRENGTH to
+# +PAIRING_STRENGTH (standard deviations of log output per standard deviation of log prompt) in PAIRING_STEPS.
+PAIRING_STRENGTH = 3.0
+PAIRING_STEPS = 25
+# The shown batch length is a time-sampled gauge while the picture's is step-weighted: where step times swing
+# with the batch (bursts of long prompts) the two part even with the pairing right (the scheduler model on its
+# own arrivals: 0-3% on steady, reasoning, diurnal and overload traffic, 9% bursty-mixed, 23% doc-bursts). The
+# drawn pairing stands while it comes within this share of the target; beyond, beta moves only as far as that
+# band's edge.
+PAIRING_TOLERANCE = 0.1
+# Scrapes that must have shown a running batch before its mean length pairs the outputs (30 min of 15 s scrapes
+# give 120; fewer than this and the stays pair them, as without the gauge).
+MIN_LIVE_SAMPLES = 20
 
 
 @dataclass(frozen=True)
@@ -276,9 +289,9 @@ def _paired_outputs(requests: list[RequestSpec], paired: Sequence[int], residenc
 def conversations_from_hits(requests: list[RequestSpec], cached: Sequence[int]) -> list[RequestSpec]:
     """Radix reuse for a picture that knows each request's prompt and matched prefix (`cached`, from the prefill
     lines) but not which earlier request it continues. A turn's matched prefix is its conversation's previous
-    turn whole (prompt + output), so the earlier request with the longest prompt below the match, within an
-    output's length of it and not yet continued, is taken as the previous turn, and its output is what closes
-    the gap; `prefix_groups` then makes the conversations. Any other match stays a shared prefix."""
+    turn whole (prompt + output), so an earlier request not yet continued whose prompt lies below the match by
+    a likely output (`_linked_turns`) is taken as the previous turn, and its output is what closes the gap;
+    `prefix_groups` then makes the conversations. Any other match stays a shared prefix."""
     linked, _ = _linked_turns(requests, cached)
     return _with_prefix_groups(linked, cached)
 
@@ -402,25 +415,14 @@ def live_context(requests: Sequence[RequestSpec]) -> float | None:
     prompt + 1, ..., so over all steps the batch's mean length is sum(o * (p + o / 2)) / sum(o). Who shares the
     batch does not matter; which prompt carries which output does: long outputs on long prompts hold long
     sequences for long."""
-    outputs = np.asarray([r.output_tokens for r in requests], dtype=float)
-    if not len(outputs) or outputs.sum() <= 0:
-        return None
-    prompts = np.asarray([r.input_tokens for r in requests], dtype=float)
-    return float((outputs * (prompts + outputs / 2)).sum() / outputs.sum())
+    lengths, steps = _batch_sums(np.asarray([r.input_tokens for r in requests], dtype=float),
+                                 np.asarray([r.output_tokens for r in requests], dtype=float))
+    return lengths / steps if steps > 0 else None
 
 
-# How strongly an output may follow its prompt: the calibration tries weights from -PAIRING_STRENGTH to
-# +PAIRING_STRENGTH (standard deviations of log output per standard deviation of log prompt) in PAIRING_STEPS.
-PAIRING_STRENGTH = 3.0
-PAIRING_STEPS = 25
-# The shown batch length is a time-sampled gauge while the picture's is step-weighted: where step times swing
-# with the batch (bursts of long prompts) the two part by up to a tenth in the scheduler model with the pairing
-# right. The drawn pairing stands while it comes within this share of the target; beyond, beta moves only as
-# far as that band's edge.
-PAIRING_TOLERANCE = 0.1
-# Scrapes that must have shown a running batch before its mean length pairs the outputs (30 min of 15 s scrapes
-# give 120; fewer than this and the stays pair them, as without the gauge).
-MIN_LIVE_SAMPLES = 20
+def _batch_sums(prompts: np.ndarray, outputs: np.ndarray) -> tuple[float, float]:
+    """(sum over decode steps of the sequence length, the steps): sum(o * (p + o / 2)) and sum(o)."""
+    return float((outputs * (prompts + outputs / 2)).sum()), float(outputs.sum())
 
 
 def paired_to_live_context(requests: list[RequestSpec], target: float, rng: np.random.Generator,
@@ -444,8 +446,8 @@ def paired_to_live_context(requests: list[RequestSpec], target: float, rng: np.r
     if prompts.std() <= 0 or log_outputs.std() <= 0:
         return requests
     kept = [requests[index] for index in range(len(requests)) if index in keep]
-    kept_outputs = float(sum(r.output_tokens for r in kept))
-    kept_steps = float(sum(r.output_tokens * (r.input_tokens + r.output_tokens / 2) for r in kept))
+    kept_lengths, kept_steps = _batch_sums(np.asarray([r.input_tokens for r in kept], dtype=float),
+                                           np.asarray([r.output_tokens for r in kept], dtype=float))
     propensity = (prompts - prompts.mean()) / prompts.std() * log_outputs.std()
     ties = rng.random(len(free))  # breaks ties among equal weights without favouring arrival order
     ranked = np.sort(drawn)
@@ -454,7 +456,8 @@ def paired_to_live_context(requests: list[RequestSpec], target: float, rng: np.r
     for beta in np.linspace(-PAIRING_STRENGTH, PAIRING_STRENGTH, PAIRING_STEPS):
         dealt = np.empty_like(drawn)
         dealt[np.lexsort((ties, log_outputs + beta * propensity))] = ranked
-        batch_length = (float((dealt * (prompt_tokens + dealt / 2)).sum()) + kept_steps) / (dealt.sum() + kept_outputs)
+        lengths, steps = _batch_sums(prompt_tokens, dealt)
+        batch_length = (lengths + kept_lengths) / (steps + kept_steps)
         # how far outside the tolerance band, then the weaker pairing
         miss = (max(0.0, abs(batch_length - target) - PAIRING_TOLERANCE * target), abs(float(beta)))
         if miss < best_miss:
