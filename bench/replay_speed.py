@@ -2,6 +2,11 @@
 candidate ratio (the daemon runs one every `replay_interval_seconds`), per workload, in the daemon's own
 process and spread over worker processes (`replay_workers`), side by side in one run.
 
+A metrics-only picture is first checked at the live ratio against the running batch's length the server showed,
+and re-paired (one more run at the live ratio a round) while they differ: the `calib` columns time that replay
+in the daemon's process with the shown length `--shown-gap` above the replay's own (0 to skip), and count the
+extra runs.
+
     python3 bench/replay_speed.py [--window 3600] [--workloads steady-chat,doc-bursts] [--workers 1,2]
 """
 
@@ -9,13 +14,14 @@ from __future__ import annotations
 
 import argparse
 import time
+from dataclasses import replace
 
 import numpy as np
 
 from advisor.daemon import replay_pool
 from advisor.estimate.traffic import ExactRequest, TrafficEstimator, TrafficSettings
 from advisor.model.pools import optimal_ratio_for
-from advisor.recommend.replay import replay_curve
+from advisor.recommend.replay import ReplaySettings, replay_curve, run_ratios
 from advisor.sim.config import load_server_config
 from advisor.sim.workload import load_workload
 
@@ -28,12 +34,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workloads", default=DEFAULT_WORKLOADS)
     parser.add_argument("--server", default="default")
     parser.add_argument("--workers", default="1,2", help="comma-separated replay_workers to time side by side")
+    parser.add_argument("--shown-gap", type=float, default=0.15,
+                        help="the shown batch length over the replay's own for the calibrated timing (0: skip)")
     args = parser.parse_args(argv)
     workers = [int(w) for w in args.workers.split(",")]
     server = load_server_config(args.server)
     # wall seconds per worker count; with one worker also the process's CPU seconds, which a shared machine's
     # other load inflates far less than the wall time
     timing = "".join(f" {f'w={w} s':>8s} {'s/run':>6s}" + (f" {'cpu s':>6s}" if w == 1 else "") for w in workers)
+    if args.shown_gap > 0:
+        timing += f" {'calib s':>7s} {'+runs':>5s}"
     print(f"{'workload':22s} {'observed':>8s} {'replayed':>8s} {'runs':>4s}{timing}  chosen r (prior)")
     for name in args.workloads.split(","):
         requests = load_workload(name).requests(1, args.window)
@@ -60,6 +70,14 @@ def main(argv: list[str] | None = None) -> int:
         if curve is None:
             print(f"{name:22s} {len(requests):8d}  (too few requests to replay)")
             continue
+        if args.shown_gap > 0:
+            own = run_ratios(server, picture, [0.9], ReplaySettings())[0]
+            shown = replace(picture, live_context=own.mean_live_context * (1 + args.shown_gap),
+                            live_running=own.mean_busy_running_requests)
+            started = time.perf_counter()
+            calibrated = replay_curve(server, shown, prior_ratio=prior, live_ratio=0.9)
+            rounds = calibrated.calibration_rounds if calibrated else 0
+            cells += f" {time.perf_counter() - started:7.2f} {rounds:5d}"
         print(f"{name:22s} {len(requests):8d} {len(picture.requests):8d} {len(curve.points):4d}{cells}  "
               f"{curve.chosen_ratio:.3g} ({prior:.3g})", flush=True)
     replay_pool.shutdown()

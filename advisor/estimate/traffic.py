@@ -48,6 +48,7 @@ MIN_BUCKET_FINISHES = 5
 # +PAIRING_STRENGTH (standard deviations of log output per standard deviation of log prompt) in PAIRING_STEPS.
 PAIRING_STRENGTH = 3.0
 PAIRING_STEPS = 25
+PAIRING_BISECTIONS = 12  # halvings of a grid step of beta where the band lies between two grid values
 # The shown batch length is a time-sampled gauge while the picture's is step-weighted: where step times swing
 # with the batch (bursts of long prompts) the two part even with the pairing right (the scheduler model on its
 # own arrivals: 0-3% on steady, reasoning, diurnal and overload traffic, 9% bursty-mixed, 23% doc-bursts). The
@@ -179,6 +180,12 @@ class TrafficPicture:
     window_seconds: float
     source: str  # "request_log" | "metrics"
     backlog: int = 0  # requests replayed at t=0 for what was running or queued when the window opened
+    # The running batch's mean sequence length the server showed over the window (its decode_sum_seq_lens over
+    # num_running_reqs, time-weighted), when the outputs were paired to it; the replay checks its own against it.
+    live_context: float | None = None
+    live_running: float | None = None  # ... and its mean running requests over the same scrapes (all DP ranks)
+    # Requests whose output the server's matched prefixes fixed (continued turns): a re-pairing leaves them.
+    fixed_outputs: tuple[int, ...] = ()
 
     @property
     def arrival_rate(self) -> float:
@@ -409,6 +416,15 @@ def _mean_live_context(bins: Sequence[TrafficBin]) -> float | None:
     return sum((b.end - b.start) * b.live_seq_tokens / b.live_running for b in busy) / seconds
 
 
+def _mean_busy_running(bins: Sequence[TrafficBin]) -> float | None:
+    """The running requests over the same busy bins as `_mean_live_context`, weighted by their length."""
+    busy = [b for b in bins if b.live_running > 0]
+    seconds = sum(b.end - b.start for b in busy)
+    if len(busy) < MIN_LIVE_SAMPLES or seconds <= 0:
+        return None
+    return sum((b.end - b.start) * b.live_running for b in busy) / seconds
+
+
 def live_context(requests: Sequence[RequestSpec]) -> float | None:
     """The mean sequence length of the running decode batch these requests would make, step-weighted: a request
     decodes in `output_tokens` steps (fewer with speculative decoding, but its share stays) at lengths prompt,
@@ -426,15 +442,17 @@ def _batch_sums(prompts: np.ndarray, outputs: np.ndarray) -> tuple[float, float]
 
 
 def paired_to_live_context(requests: list[RequestSpec], target: float, rng: np.random.Generator,
-                           keep: Collection[int] = ()) -> list[RequestSpec]:
+                           keep: Collection[int] = (), tolerance: float = PAIRING_TOLERANCE) -> list[RequestSpec]:
     """The drawn outputs dealt out again over the prompts so that the replay's running batch holds the mean
     sequence length the server showed (`target`, its decode_sum_seq_lens over num_running_reqs). The histograms
     give the outputs' distribution but not which prompt each belongs to, and that pairing sets how much KV the
     running batch holds: a document with a long answer holds its long sequence for every step of the answer.
     Each request is weighed by log output + beta * (its prompt's z-score in log tokens) * sd(log output); the
-    drawn outputs, sorted, go to the requests in the order of that weight, and beta (0 = the drawn pairing,
+    drawn outputs, sorted, go to the requests in the order of that weight, and beta (0 = the pairing as given,
     > 0 long prompts get long outputs, < 0 short ones) is the weakest whose batch length comes within
-    PAIRING_TOLERANCE of the target (or nearest it).
+    `tolerance` of the target (or nearest it). A few long prompts carry much of the batch length, so it moves
+    in steps a coarse grid of beta overshoots: between the two grid values that bracket the band, beta is
+    bisected for the band's edge.
     The outputs' distribution stays exactly the histograms'. Requests in `keep` (turns whose output their
     continuation's matched prefix fixed) keep theirs and count towards the batch length as they are."""
     free = np.asarray([index for index in range(len(requests)) if index not in keep], dtype=int)
@@ -452,16 +470,36 @@ def paired_to_live_context(requests: list[RequestSpec], target: float, rng: np.r
     ties = rng.random(len(free))  # breaks ties among equal weights without favouring arrival order
     ranked = np.sort(drawn)
     prompt_tokens = np.exp(prompts)
-    best_dealt, best_miss = drawn, (math.inf, math.inf)
-    for beta in np.linspace(-PAIRING_STRENGTH, PAIRING_STRENGTH, PAIRING_STEPS):
+
+    def dealt_at(beta: float) -> tuple[np.ndarray, float]:
         dealt = np.empty_like(drawn)
         dealt[np.lexsort((ties, log_outputs + beta * propensity))] = ranked
         lengths, steps = _batch_sums(prompt_tokens, dealt)
-        batch_length = (lengths + kept_lengths) / (steps + kept_steps)
-        # how far outside the tolerance band, then the weaker pairing
-        miss = (max(0.0, abs(batch_length - target) - PAIRING_TOLERANCE * target), abs(float(beta)))
-        if miss < best_miss:
-            best_dealt, best_miss = dealt, miss
+        return dealt, (lengths + kept_lengths) / (steps + kept_steps)
+
+    def miss(batch_length: float, beta: float) -> tuple[float, float]:
+        """How far outside the tolerance band, then the weaker pairing."""
+        return max(0.0, abs(batch_length - target) - tolerance * target), abs(beta)
+
+    tried = [(float(beta), *dealt_at(float(beta))) for beta in np.linspace(-PAIRING_STRENGTH, PAIRING_STRENGTH,
+                                                                          PAIRING_STEPS)]
+    if min(miss(length, beta)[0] for beta, _, length in tried) > 0:
+        low_edge, high_edge = target * (1.0 - tolerance), target * (1.0 + tolerance)
+        for (beta_a, _, length_a), (beta_b, _, length_b) in itertools.pairwise(list(tried)):
+            if max(length_a, length_b) < low_edge or min(length_a, length_b) > high_edge:
+                continue  # the band is not between these two
+            # from the end nearer the drawn pairing towards the other, for the first beta inside the band
+            (outside, length_out), inside = ((beta_a, length_a), beta_b) if abs(beta_a) <= abs(beta_b) \
+                else ((beta_b, length_b), beta_a)
+            edge = low_edge if length_out < low_edge else high_edge
+            for _ in range(PAIRING_BISECTIONS):
+                middle = (outside + inside) / 2
+                if (dealt_at(middle)[1] < edge) == (length_out < edge):
+                    outside = middle
+                else:
+                    inside = middle
+            tried.append((inside, *dealt_at(inside)))
+    _, best_dealt, _ = min(tried, key=lambda t: miss(t[2], t[0]))
     out = list(requests)
     for index, tokens in zip(free, best_dealt, strict=True):
         if int(tokens) != out[index].output_tokens:
@@ -560,11 +598,12 @@ class TrafficEstimator:
         if picture is None or len(picture.requests) <= self.settings.max_replay_requests:
             return picture
         # The most recent requests only, from the first of them (what ran before is not replayed).
-        kept = picture.requests[-self.settings.max_replay_requests:]
+        dropped = len(picture.requests) - self.settings.max_replay_requests
+        kept = picture.requests[dropped:]
         start = kept[0].time
         shifted = [replace(r, time=r.time - start) for r in kept]
-        return TrafficPicture(requests=shifted, window_seconds=max(picture.window_seconds - start, 1.0),
-                              source=picture.source)
+        return replace(picture, requests=shifted, window_seconds=max(picture.window_seconds - start, 1.0), backlog=0,
+                       fixed_outputs=tuple(index - dropped for index in picture.fixed_outputs if index >= dropped))
 
     def _exact_picture(self) -> TrafficPicture | None:
         """The finished requests whose arrivals are known completely: from the first finish seen (an earlier
@@ -636,11 +675,14 @@ class TrafficEstimator:
                 requests.append(RequestSpec(float(t), int(i), int(o), UNSET_MAX_NEW_TOKENS))
         requests.sort(key=lambda r: r.time)
         target = _mean_live_context(bins)
+        continued: set[int] = set()
         if prompts:
-            requests = self._with_admitted_prompts(requests, prompts, bins, backlog, rng, target)
+            requests, continued = self._with_admitted_prompts(requests, prompts, bins, backlog, rng, target)
         elif target is not None:
             requests = paired_to_live_context(requests, target, rng)
-        return TrafficPicture(requests=requests, window_seconds=window, source="metrics", backlog=backlog)
+        return TrafficPicture(requests=requests, window_seconds=window, source="metrics", backlog=backlog,
+                              live_context=target, live_running=_mean_busy_running(bins),
+                              fixed_outputs=tuple(sorted(continued)))
 
     def _admitted_prompts(self, bins: Sequence[TrafficBin]) -> list[AdmittedPrompt]:
         batches = [batch for b in bins for batch in b.admissions]
@@ -657,21 +699,27 @@ class TrafficEstimator:
 
     def _with_admitted_prompts(self, requests: list[RequestSpec], prompts: list[AdmittedPrompt],
                                bins: Sequence[TrafficBin], backlog: int, rng: np.random.Generator,
-                               live_target: float | None = None) -> list[RequestSpec]:
+                               live_target: float | None = None) -> tuple[list[RequestSpec], set[int]]:
         """The prompt lengths in arrival order from the admitted sequence (fcfs: the k-th admitted is the k-th to
-        come). What ran before the window keeps its drawn length, and so does what still waits at its end; the
-        rest spread over the admitted sequence in order (a retracted request admitted twice, or a miscounted
-        chunk, shifts the pairing by one request rather than sliding every later one). Then the outputs: paired
-        to the running batch's mean length where the server shows it (`paired_to_live_context`), else by the
-        prompt buckets' residence (`_paired_outputs`)."""
+        come). What ran before the window keeps its drawn length; the rest spread over the admitted sequence in
+        order (a retracted request admitted twice, or a miscounted chunk, shifts the pairing by one request
+        rather than sliding every later one). What still waits at the window's end was never admitted: its
+        prompts are drawn from the window's admitted ones (a queue holds arrivals as they come, while the
+        histograms near the end count what finished there, the long requests of a burst among them). Then the
+        outputs: paired to the running batch's mean length where the server shows it (`paired_to_live_context`),
+        else by the prompt buckets' residence (`_paired_outputs`). With the requests, the continued turns (whose
+        outputs the matched prefixes fixed)."""
         queued_first = bins[0].queued_at_start
         running_first = backlog - int(round(queued_first)) if queued_first is not None else backlog
         running_first = min(max(running_first, 0), len(requests))
         waiting_last = int(round(self.last_queued)) if self.last_queued is not None else 0
         paired = range(running_first, max(running_first, len(requests) - waiting_last))
         if not paired:
-            return requests
+            return requests, set()
         out = list(requests)
+        for index, which in zip(range(paired.stop, len(out)), rng.integers(0, len(prompts), len(out) - paired.stop),
+                                strict=True):
+            out[index] = replace(out[index], input_tokens=max(1, prompts[which].tokens))
         scale = len(prompts) / len(paired)
         chosen = [min(len(prompts) - 1, int(position * scale)) for position in range(len(paired))]
         for index, which in zip(paired, chosen, strict=True):
@@ -686,7 +734,7 @@ class TrafficEstimator:
         out, continued = _linked_turns(out, cached)
         if live_target is not None:
             out = paired_to_live_context(out, live_target, rng, keep=continued)
-        return _with_prefix_groups(out, cached)
+        return _with_prefix_groups(out, cached), continued
 
     def _residence(self, prompts: list[AdmittedPrompt], bins: Sequence[TrafficBin], running_first: int,
                    rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray] | None:

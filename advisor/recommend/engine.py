@@ -246,6 +246,23 @@ def _recommend(
         rec.replay_requests, rec.replay_window_seconds = replay.requests, replay.window_seconds
         rec.replay_source = replay.source
         rec.step_time_coefficients = dict(replay.step_time)
+        rec.replay_live_context_shown = replay.live_context_shown
+        rec.replay_live_context_replayed = replay.live_context_replayed
+        rec.replay_live_running_shown = replay.live_running_shown
+        rec.replay_live_running_replayed = replay.live_running_replayed
+        shown_running, replayed_running = replay.live_running_shown, replay.live_running_replayed
+        if replay.live_running_matches is False and shown_running and replayed_running:
+            notes.append(
+                f"the replay at the live r runs {replayed_running:.3g} requests at once where the server ran "
+                f"{shown_running:.3g}: its picture of the traffic is off, read its curve with care"
+            )
+        elif (replay.live_context_shown and replay.live_context_replayed_before and replay.live_context_replayed
+                and replay.live_context_replayed != replay.live_context_replayed_before):
+            notes.append(
+                f"the replay's running batch at the live r held {replay.live_context_replayed_before:,.0f} tokens a "
+                f"request where the server showed {replay.live_context_shown:,.0f}: outputs paired again to the "
+                f"prompts ({replay.live_context_replayed:,.0f})"
+            )
         if replay.flat:
             notes.append(
                 f"replayed goodput is flat within its noise over r {replay.width_lower:.3g}-{replay.width_upper:.3g}: "

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from advisor.estimate.traffic import TrafficPicture
+from advisor.estimate.traffic import TrafficPicture, live_context, paired_to_live_context
 from advisor.scheduler.engine import DEFAULT_QUEUE_TIME_BOUND, SimResult, simulate
 from advisor.scheduler.server import SchedulerServerConfig
 from advisor.scheduler.types import RequestSpec
@@ -47,14 +47,25 @@ class ReplaySettings:
     sharp_refinements: int = 2
     warmup_fraction: float = 0.1  # the replay starts empty: the first part of the window only fills it
     min_requests: int = 50
+    # Where the picture's outputs were paired to the running batch's length the server showed, the replay at the
+    # live ratio must show that length too, within this share; else the outputs are dealt out again towards it
+    # (at most calibration_rounds times, each one more run at the live ratio).
+    calibration_tolerance: float = 0.03
+    calibration_rounds: int = 2
+    # ... only while the replay at the live ratio runs the server's batch: its mean running requests within this
+    # factor of the shown ones (a replay that queues where the server did not, or the other way round, holds
+    # other requests in its batch, and their length says nothing of the pairing).
+    calibration_running_factor: float = 1.3
 
     def __post_init__(self) -> None:
         if (not self.span > 1 or self.points < 3 or not 0 <= self.warmup_fraction < 1 or self.edge_margin < 1
                 or self.min_move < 1 or self.cliff_margin < 1 or self.cliff_keep_margin < self.cliff_margin
-                or self.sharp_refinements < 0):
+                or self.sharp_refinements < 0 or not self.calibration_tolerance > 0 or self.calibration_rounds < 0
+                or self.calibration_running_factor < 1):
             raise ValueError("replay: span must be > 1, points >= 3, warmup_fraction in [0, 1), edge_margin, "
                              "min_move and cliff_margin >= 1, cliff_keep_margin >= cliff_margin, "
-                             "sharp_refinements >= 0")
+                             "sharp_refinements >= 0, calibration_tolerance > 0, calibration_rounds >= 0, "
+                             "calibration_running_factor >= 1")
 
 
 @dataclass(frozen=True)
@@ -98,6 +109,16 @@ class ReplayCurve:
     # The same within the wider keep margin: what keeps a move advised for a cliff standing.
     live_keep_robust_goodput: float | None = None
     chosen_keep_robust_goodput: float | None = None
+    # The running batch's mean sequence length: what the server showed, and what the replay at the live ratio
+    # showed before and after the outputs were dealt out again towards it (None without the gauge).
+    live_context_shown: float | None = None
+    live_context_replayed_before: float | None = None
+    live_context_replayed: float | None = None
+    # The mean running requests while busy: the server's, and the replay's at the live ratio as built.
+    live_running_shown: float | None = None
+    live_running_replayed: float | None = None
+    live_running_matches: bool | None = None  # within calibration_running_factor of each other
+    calibration_rounds: int = 0  # re-pairings, each one more run at the live ratio
 
     @property
     def gain(self) -> float | None:
@@ -168,6 +189,76 @@ class _PictureSource:
         return [r for r in self.picture.requests if r.time < duration]
 
 
+@dataclass(frozen=True)
+class LiveCalibration:
+    shown: float  # the server's mean running-batch length over the window (decode_sum_seq_lens / running)
+    replayed_before: float  # the replay's at the live ratio, as the picture was built
+    replayed: float  # ... after the re-pairing rounds (the best of them)
+    rounds: int
+    replayed_running: float  # the replay's mean running requests while busy at the live ratio, as built
+    shown_running: float | None  # the server's
+
+    def running_matches(self, settings: ReplaySettings) -> bool | None:
+        if not self.shown_running:
+            return None
+        factor = settings.calibration_running_factor
+        return self.shown_running / factor <= self.replayed_running <= self.shown_running * factor
+
+
+def calibrated_picture(server: SchedulerServerConfig, picture: TrafficPicture, live_ratio: float,
+                       settings: ReplaySettings, run_many: RunMany = run_ratios,
+                       ) -> tuple[TrafficPicture, SimResult, LiveCalibration | None]:
+    """The picture whose replay at the live ratio shows the running batch's mean length the server showed, with
+    that replay's result. The picture pairs outputs to the shown length by a step-weighted formula, but the
+    gauge is sampled in time, and where step times swing with the batch (long prefills in bursts) the two part:
+    the replay measures the gap, and the outputs are dealt out again towards the formula's value scaled by it.
+    Without a shown length, the picture as it is (no calibration); the same where the replay's running batch is
+    not the server's (its mean running requests off by more than `calibration_running_factor`)."""
+    result = run_many(server, picture, [live_ratio], settings)[0]
+    shown = picture.live_context
+    if shown is None or not shown > 0:
+        return picture, result, None
+    before = result.mean_live_context
+    running = result.mean_busy_running_requests * max(1, server.serving.dp_size)
+    unchanged = LiveCalibration(shown, before, before, 0, running, picture.live_running)
+    if unchanged.running_matches(settings) is False:
+        return picture, result, unchanged
+
+    def off(replayed: float) -> float:
+        return abs(replayed / shown - 1.0) if replayed > 0 else math.inf
+
+    best = (picture, result)
+    rounds = 0
+    tried: list[tuple[float, float]] = []  # (the picture's step-weighted length, the replay's time-sampled one)
+    for round_index in range(settings.calibration_rounds):
+        replayed = result.mean_live_context
+        step_weighted = live_context(picture.requests)
+        if off(replayed) <= settings.calibration_tolerance or not step_weighted or not replayed > 0:
+            break
+        # the formula's value scaled by the gap; from the second round, the secant through the last two tries
+        # (the gap itself moves as the long outputs move to the long prompts)
+        aim = step_weighted * shown / replayed
+        if tried and not math.isclose(tried[-1][1], replayed):
+            slope = (step_weighted - tried[-1][0]) / (replayed - tried[-1][1])
+            secant = step_weighted + (shown - replayed) * slope
+            if slope > 0 and aim / 2 <= secant <= aim * 2:
+                aim = secant
+        tried.append((step_weighted, replayed))
+        repaired = paired_to_live_context(list(picture.requests), aim,
+                                          np.random.default_rng(round_index), keep=set(picture.fixed_outputs),
+                                          tolerance=settings.calibration_tolerance / 3)
+        if repaired == picture.requests:
+            break  # no pairing of these outputs comes nearer
+        picture = replace(picture, requests=repaired)
+        result = run_many(server, picture, [live_ratio], settings)[0]
+        rounds += 1
+        if off(result.mean_live_context) < off(best[1].mean_live_context):
+            best = (picture, result)
+    picture, result = best
+    return picture, result, LiveCalibration(shown, before, result.mean_live_context, rounds, running,
+                                            picture.live_running)
+
+
 def ratio_on_plateau(lower: float, upper: float, prior: float, margin: float) -> float:
     """The prior clipped into the plateau [lower, upper] less `margin` at each end (the plateau's geometric middle
     when it is narrower than that): where the curve is flat the prior decides, never an end."""
@@ -202,9 +293,14 @@ def replay_curve(
     half = (settings.points - 1) // 2
     ratios = [prior_ratio * step ** k for k in range(-half, half + 1)]
     first = list(ratios)
-    if live_ratio is not None and live_ratio > 0 and live_ratio not in first:
-        first.append(live_ratio)
-    results = dict(zip(first, run_many(server, picture, first, settings), strict=True))
+    results: dict[float, SimResult] = {}
+    calibration = None
+    if live_ratio is not None and live_ratio > 0:
+        # the live ratio first: the picture is checked against what the server showed there
+        picture, results[live_ratio], calibration = calibrated_picture(server, picture, live_ratio, settings,
+                                                                       run_many)
+        first = [r for r in first if r != live_ratio]
+    results.update(zip(first, run_many(server, picture, first, settings), strict=True))
 
     def score(r: float) -> float:
         return _score(results[r])
@@ -269,5 +365,12 @@ def replay_curve(
         live_keep_robust_goodput=(robust(live_ratio, settings.cliff_keep_margin)
                                   if live_ratio is not None and live_ratio > 0 else None),
         chosen_keep_robust_goodput=robust(chosen, settings.cliff_keep_margin),
+        live_context_shown=calibration.shown if calibration else None,
+        live_context_replayed_before=calibration.replayed_before if calibration else None,
+        live_context_replayed=calibration.replayed if calibration else None,
+        live_running_shown=calibration.shown_running if calibration else None,
+        live_running_replayed=calibration.replayed_running if calibration else None,
+        live_running_matches=calibration.running_matches(settings) if calibration else None,
+        calibration_rounds=calibration.rounds if calibration else 0,
     )
 

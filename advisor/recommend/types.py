@@ -58,6 +58,12 @@ class Recommendation:
     replay_window_seconds: float | None = None
     replay_source: str | None = None  # "request_log" (exact) | "metrics" (per-interval arrivals and histograms)
     step_time_coefficients: dict[str, float] = field(default_factory=dict)  # the cost model fitted to this server
+    # The running batch's mean sequence length the server showed and the replay's at the live ratio (metrics-only
+    # pictures, whose outputs are paired to it): how faithfully the replay reproduces the server.
+    replay_live_context_shown: float | None = None
+    replay_live_context_replayed: float | None = None
+    replay_live_running_shown: float | None = None  # ... and the mean running requests while busy
+    replay_live_running_replayed: float | None = None
     notes: list[str] = field(default_factory=list)  # for people, in the order said
     note_codes: list[str] = field(default_factory=list)  # NOTE_CODES of the notes that carry one: what tests and tools read
 

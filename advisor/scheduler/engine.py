@@ -1285,6 +1285,7 @@ class SimResult:
     state_bound_fraction: float  # share of time a waiting request was held back by the slot clamp
     kv_bound_fraction: float  # ... by the KV pool (admission reservation or retraction)
     mean_live_context: float  # time-weighted decode_sum_seq_lens / running
+    mean_busy_running_requests: float  # time-weighted running requests while any run, per DP worker (the gauge's)
     mean_request_context: float  # mean prompt + completion tokens of completed requests
     # extensions
     server: str = ""
@@ -1417,6 +1418,7 @@ def simulate(
         state_bound_fraction=delta("state_bound_seconds") / span,
         kv_bound_fraction=delta("kv_bound_seconds") / span,
         mean_live_context=delta("live_context_seconds") / busy if busy > 0 else 0.0,
+        mean_busy_running_requests=delta("running_seconds") / busy if busy > 0 else 0.0,
         mean_request_context=mean_context,
         server=server.name,
         workload=workload.name,

@@ -416,3 +416,47 @@ def test_each_dp_rank_continues_its_own_chunks():
     assert sorted(p.tokens for p in prompts) == [300, 450, 450, 20000]
     # without ranks the short lines would have been read as the long prompt's next chunks
     assert 20000 not in [p.tokens for p in admitted_prompts([b[:3] for b in batches], chunk_tokens=8192)]
+
+
+def test_a_few_long_prompts_are_paired_to_the_shown_length_between_two_steps_of_the_grid():
+    """Three documents in a hundred carry half the batch length: a small move of the pairing hands them long
+    outputs at once, and a coarse grid of pairings jumps over the shown length. Between the two that bracket
+    it, the pairing is bisected to within the tolerance."""
+    rng = np.random.default_rng(6)
+    drawn = [RequestSpec(float(k), 40000 if k % 33 == 0 else int(rng.integers(300, 1500)),
+                         max(1, int(rng.lognormal(np.log(300), 0.8))), UNSET_MAX_NEW_TOKENS) for k in range(3000)]
+    length = live_context(drawn)
+    for factor in (1.12, 1.3, 0.85):
+        dealt = paired_to_live_context(drawn, factor * length, np.random.default_rng(0), tolerance=0.01)
+        assert live_context(dealt) == pytest.approx(factor * length, rel=0.0101)
+        assert sorted(r.output_tokens for r in dealt) == sorted(r.output_tokens for r in drawn)
+
+
+def test_what_waits_at_the_windows_end_gets_prompts_like_the_windows_admitted_ones():
+    """A burst of documents finishes in the last intervals while chat queues behind it: the chat still waiting
+    at the end was never admitted, so its prompts are drawn from the window's admitted prompts, not from the
+    last intervals' finished ones (the documents')."""
+    traffic = TrafficEstimator(TrafficSettings(window_seconds=900))
+    traffic.observe_interval(0.0, 15.0, finished=0, in_system=0, queued=0)
+    for index in range(40):
+        late = index >= 37
+        burst = index == 36
+        admitted = [[1, 30000, 0]] * 10 if burst else ([] if late else [[1, 600, 0]] * 10)
+        traffic.observe_admissions(admitted, chunk_tokens=None)
+        # the last three intervals: the ten documents finish (a few an interval), ten chat requests arrive in
+        # each and wait
+        waiting = 10 * (index - 36) if late else 0
+        finished = 4 if late else (0 if burst else 10)
+        prompt_counts = [0, 0, 0, 4, 0] if late else [finished, 0, 0, 0, 0]
+        traffic.observe_interval(15.0 * (index + 1), 15.0, finished=finished,
+                                 in_system=waiting + (10 - 4 * (index - 36) if late else (10 if burst else 0)),
+                                 queued=waiting, prompt_bounds=PROMPT_BOUNDS, prompt_counts=prompt_counts,
+                                 prompt_sum=sum(prompt_counts[:1]) * 600 + prompt_counts[3] * 30000,
+                                 generation_bounds=OUTPUT_BOUNDS, generation_counts=[max(finished, 1), 0, 0, 0],
+                                 generation_sum=100 * max(finished, 1))
+    picture = traffic.picture(seed=3)
+    assert picture is not None
+    tail = [r.input_tokens for r in picture.requests if r.time >= 15.0 * 37]
+    assert len(tail) >= 25
+    # one admitted prompt in 37 was a document: a few may be drawn, not the finished intervals' all-document mix
+    assert sum(tokens > 10000 for tokens in tail) <= 0.2 * len(tail)

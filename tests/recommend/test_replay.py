@@ -1,11 +1,12 @@
 """The what-if replay: the observed traffic through the scheduler model at candidate ratios."""
 
 import math
+from dataclasses import replace
 
 import pytest
 
 from advisor.estimate.traffic import TrafficPicture
-from advisor.recommend.replay import ReplaySettings, ratio_on_plateau, replay_curve
+from advisor.recommend.replay import ReplaySettings, _run, calibrated_picture, ratio_on_plateau, replay_curve
 from advisor.scheduler.engine import simulate
 from advisor.scheduler.types import RequestSpec
 from advisor.sim.config import load_server_config
@@ -94,3 +95,57 @@ def test_a_sharp_optimum_is_bracketed_closer_than_the_grid():
     assert abs(math.log(sharp.chosen_ratio / 1.5)) < 0.04
     assert coarse.chosen_ratio == pytest.approx(1.64)
     assert len(sharp.points) == len(coarse.points) + 4
+
+
+def _documents_among_chat(seed: int, docs_talk_longer: bool) -> list[RequestSpec]:
+    """Chat at 4 req/s with a burst of 30,000-token documents every two minutes; the documents' answers are four
+    times the chat's, or drawn like them."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    out = []
+    for index in range(3600):
+        t = index / 4.0
+        doc = (t % 120.0) < 10.0 and index % 2 == 0
+        output = int(rng.lognormal(math.log(1200 if doc and docs_talk_longer else 300), 0.5))
+        out.append(RequestSpec(t, 30000 if doc else int(rng.integers(300, 1500)), max(1, output), 4096))
+    return out
+
+
+def test_the_replay_deals_the_outputs_again_until_its_running_batch_shows_what_the_server_showed():
+    """The picture's outputs were drawn without their prompts (the documents answer like the chat); the server
+    showed the longer running batch of documents that answer at length. The replay at the live ratio measures
+    its own batch length, and the outputs are dealt out again until it comes within the tolerance."""
+    import numpy as np
+
+    server = load_server_config("default")
+    truth = _documents_among_chat(1, docs_talk_longer=True)
+    shown = _run(server, TrafficPicture(truth, 900.0, "truth"), 0.9, ReplaySettings()).mean_live_context
+    rng = np.random.default_rng(2)
+    drawn = [RequestSpec(r.time, r.input_tokens, int(o), r.max_new_tokens)
+             for r, o in zip(truth, rng.permutation([r.output_tokens for r in truth]), strict=True)]
+    picture = TrafficPicture(drawn, 900.0, "metrics", live_context=shown)
+    settings = ReplaySettings()
+    calibrated, result, calibration = calibrated_picture(server, picture, 0.9, settings)
+    assert calibration is not None and calibration.rounds >= 1
+    assert abs(calibration.replayed_before / shown - 1) > 0.1  # the drawn pairing was far off
+    assert result.mean_live_context == pytest.approx(shown, rel=settings.calibration_tolerance)
+    assert sorted(r.output_tokens for r in calibrated.requests) == sorted(r.output_tokens for r in drawn)
+    docs = [r.output_tokens for r in calibrated.requests if r.input_tokens == 30000]
+    chat = [r.output_tokens for r in calibrated.requests if r.input_tokens < 30000]
+    assert np.mean(docs) > 2 * np.mean(chat)
+    # the curve carries what was shown and what the replay showed; without a shown length, nothing moves
+    curve = replay_curve(server, picture, prior_ratio=2.0, live_ratio=0.9)
+    assert curve is not None and curve.live_context_shown == shown
+    assert curve.live_context_replayed == pytest.approx(shown, rel=settings.calibration_tolerance)
+    assert curve.live_running_matches is None  # the picture did not say how many ran
+    unshown = TrafficPicture(drawn, 900.0, "metrics")
+    same, _, none = calibrated_picture(server, unshown, 0.9, settings)
+    assert none is None and same is unshown
+    # a replay that runs another batch than the server's (here a fifth of its requests at once) is not re-paired
+    crowded = replace(picture, live_running=5 * result.mean_busy_running_requests)
+    kept, _, refused = calibrated_picture(server, crowded, 0.9, settings)
+    assert refused is not None and refused.rounds == 0 and kept is crowded
+    assert refused.running_matches(settings) is False
+    matched = replace(picture, live_running=result.mean_busy_running_requests)
+    assert calibrated_picture(server, matched, 0.9, settings)[2].rounds >= 1
