@@ -182,6 +182,9 @@ class Row:
     watch_seconds: float = 0.0
     oracle_cached: bool = False
     curve: list[tuple[float, float, float]] = field(default_factory=list)  # (ratio, SLO, raw goodput) swept
+    # the final replay's check at the live ratio: the server's mean running requests while busy and the replay's
+    replay_running_shown: float | None = None
+    replay_running_replayed: float | None = None
 
 
 # ------------------------------------------------------------------------------------------ simulation
@@ -426,6 +429,8 @@ def evaluate(case: Case, args: argparse.Namespace, cached: dict[str, Any] | None
         default=score(*curve.default), default_raw=curve.default[1] / best_raw if best_raw else 1.0,
         decision_changes=decision_changes(cycles), settle_minutes=settle, changes_per_shift=per_shift,
         watch_seconds=watch_seconds, oracle_cached=cached is not None, curve=list(curve.points),
+        replay_running_shown=rec.replay_live_running_shown if rec is not None else None,
+        replay_running_replayed=rec.replay_live_running_replayed if rec is not None else None,
     )
     return row, {"points": curve.points, "formula_ratio": curve.formula_ratio, "formula": curve.formula,
                  "default": curve.default}

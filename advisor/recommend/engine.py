@@ -57,6 +57,12 @@ class RecommenderSettings:
     # stands until its gain falls below this share of it (replayed gains wander by a percent or two).
     min_goodput_gain: float = 0.03
     keep_gain_share: float = 1.0 / 3.0
+    # The server served its traffic at the live ratio without a pool failing when its clamp saturated with a
+    # queue, and KV blocked a queue, each under this share of the time, and nothing was retracted. A replay whose
+    # own batch at the live ratio is not the server's, and which has a pool failing there at least
+    # `replay_failure_share` of the time, contradicts what the server showed: its gain is not acted on.
+    served_failure_share: float = 0.02
+    replay_failure_share: float = 0.1
 
     def __post_init__(self) -> None:
         if self.state_bias < 0:
@@ -251,7 +257,8 @@ def _recommend(
         rec.replay_live_running_shown = replay.live_running_shown
         rec.replay_live_running_replayed = replay.live_running_replayed
         shown_running, replayed_running = replay.live_running_shown, replay.live_running_replayed
-        if replay.live_running_matches is False and shown_running and replayed_running:
+        contradicted = live_ratio is not None and _replay_contradicted(replay, summary, live_ratio, settings)
+        if replay.live_running_matches is False and shown_running and replayed_running and not contradicted:
             notes.append(
                 f"the replay at the live r runs {replayed_running:.3g} requests at once where the server ran "
                 f"{shown_running:.3g}: its picture of the traffic is off, read its curve with care"
@@ -267,6 +274,18 @@ def _recommend(
             notes.append(
                 f"replayed goodput is flat within its noise over r {replay.width_lower:.3g}-{replay.width_upper:.3g}: "
                 f"the prior r {replay.prior_ratio:.3g} decides"
+            )
+        if contradicted and live_ratio is not None:
+            # The server is the evidence at its own ratio: it served without either pool failing, so no ratio
+            # serves this traffic better, and a replay that says otherwise pictured other traffic.
+            target = live_ratio
+            factor = target / r_center
+            rec.ratio_lower = min(replay.hold_lower, live_ratio / CONTRADICTED_HOLD_FACTOR)
+            rec.ratio_upper = max(replay.hold_upper, live_ratio * CONTRADICTED_HOLD_FACTOR)
+            notes.append(
+                f"the replay at the live r {live_ratio:.3g} runs {replay.live_running_replayed or 0:.3g} requests at "
+                f"once and has a pool failing, where the server ran {replay.live_running_shown or 0:.3g} with neither "
+                f"pool failing: its picture of the traffic is off, and the live r, which served it, stands"
             )
     else:
         rec.ratio_lower = target * math.exp(-band)
@@ -334,6 +353,29 @@ def _recommend(
     rec.flag_line = flag_line(target, pin, mfs)
     rec.notes = notes
     return rec
+
+
+# The hold band around a live ratio kept against a contradicted replay (the replay's own min_move).
+CONTRADICTED_HOLD_FACTOR = 1.1
+
+
+def _replay_contradicted(replay: ReplayCurve, summary: WorkloadSummary, live_ratio: float,
+                         settings: RecommenderSettings) -> bool:
+    """The replay's live point fails a pool (queues on the clamp, blocks on KV or retracts) and runs another
+    batch than the server's, while the server at that ratio showed neither pool failing."""
+    if replay.live_running_matches is not False:
+        return False
+    served = (summary.state_pool_saturation_ratio is not None and summary.kv_blocked_ratio is not None
+              and summary.state_pool_saturation_ratio < settings.served_failure_share
+              and summary.kv_blocked_ratio < settings.served_failure_share
+              and not summary.retractions_per_second)
+    if not served:
+        return False
+    live = min(replay.points, key=lambda p: abs(math.log(p.ratio / live_ratio)))
+    if not math.isclose(live.ratio, live_ratio, rel_tol=1e-9):
+        return False
+    return (live.state_bound_fraction + live.kv_bound_fraction >= settings.replay_failure_share
+            or live.retracted_requests > 0)
 
 
 def _reason(

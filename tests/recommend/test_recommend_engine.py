@@ -277,3 +277,33 @@ def test_while_the_replay_warms_up_the_advisor_waits_instead_of_deciding_on_the_
     picture.replay_warming_up = None  # without a replay pending, the closed form decides as before
     assert recommend(model(strategy="extra_buffer_lazy", mamba_full_memory_ratio=0.9), picture,
                      RecommenderSettings()).decision != "insufficient_data"
+
+
+def test_a_replay_the_server_contradicts_at_its_own_ratio_is_not_acted_on():
+    """The replay's live point queues on the clamp with four times the server's batch, while the server, at that
+    very ratio, served with neither pool failing: the replay pictured other traffic, and the live r stands.
+    Where the replay runs the server's batch, or the server did queue on its clamp, the replay's move stands."""
+    from dataclasses import replace
+
+    est, now = run([[(8192, 1024)] * 600])
+    points = [(0.3, 900.0), (0.5, 1000.0), (0.9, 1200.0), (1.5, 1400.0), (3.0, 1100.0)]
+
+    def decide(matches, saturation):
+        picture = picture_of(est, now)
+        picture.summary.state_pool_saturation_ratio = saturation
+        picture.summary.kv_blocked_ratio = 0.0
+        picture.summary.retractions_per_second = 0.0
+        curve = _curve(points, 1.5, live=0.9, lower=1.4, upper=1.6, prior=1.7)
+        queueing = [replace(p, state_bound_fraction=0.6) if p.ratio == 0.9 else p for p in curve.points]
+        picture.replay = replace(curve, points=queueing, live_running_shown=5.0, live_running_replayed=20.0,
+                                 live_running_matches=matches)
+        return recommend(model(strategy="extra_buffer_lazy", mamba_full_memory_ratio=0.9), picture,
+                         RecommenderSettings())
+
+    kept = decide(False, 0.0)
+    assert (kept.decision, kept.reason_code) == ("hold", "inside_bounds")
+    assert kept.ratio == pytest.approx(0.9) and kept.ratio_lower < 0.9 < kept.ratio_upper
+    assert any("picture of the traffic is off" in note for note in kept.notes)
+    assert decide(True, 0.0).decision == "raise_ratio"  # the replay runs the server's batch: trusted
+    assert decide(None, 0.0).decision == "raise_ratio"  # nothing to check it by
+    assert decide(False, 0.3).decision == "raise_ratio"  # the server did queue on its clamp
