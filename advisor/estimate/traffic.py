@@ -58,16 +58,6 @@ PAIRING_TOLERANCE = 0.1
 # Scrapes that must have shown a running batch before its mean length pairs the outputs (30 min of 15 s scrapes
 # give 120; fewer than this and the stays pair them, as without the gauge).
 MIN_LIVE_SAMPLES = 20
-# A regime shift inside the window: the requests' mean log context (prompt + output) per minute moved by at least
-# SHIFT_FACTOR between the parts before and after a minute boundary, with a Welch t over those per-minute means of
-# at least SHIFT_T (bursts scatter over the whole window and make the minutes vary; a shift moves all of one
-# part), and at least SHIFT_MIN_SECONDS on each side. The replay then covers only what came after: a half hour
-# that is half the old regime would keep recommending for it for up to the window's length.
-SHIFT_BIN_SECONDS = 60.0
-SHIFT_MIN_SECONDS = 300.0
-SHIFT_FACTOR = 1.5
-SHIFT_T = 6.0
-SHIFT_MIN_BIN_REQUESTS = 3  # a minute with fewer requests says little of its mean and is left out of the test
 
 
 @dataclass(frozen=True)
@@ -193,8 +183,6 @@ class TrafficPicture:
     # The running batch's mean sequence length the server showed over the window (its decode_sum_seq_lens over
     # num_running_reqs, time-weighted), when the outputs were paired to it; the replay checks its own against it.
     live_context: float | None = None
-    # Seconds of the window left out before a regime shift found in it (0: none): the requests start after it.
-    regime_cut_seconds: float = 0.0
     live_running: float | None = None  # ... and its mean running requests over the same scrapes (all DP ranks)
     # Requests whose output the server's matched prefixes fixed (continued turns): a re-pairing leaves them.
     fixed_outputs: tuple[int, ...] = ()
@@ -202,42 +190,6 @@ class TrafficPicture:
     @property
     def arrival_rate(self) -> float:
         return len(self.requests) / self.window_seconds if self.window_seconds > 0 else 0.0
-
-
-def regime_start(requests: Sequence[RequestSpec], window_seconds: float) -> float | None:
-    """Where the latest regime shift in the window begins (seconds from its start), or None without one: the best
-    split of the per-minute mean log contexts, then the best split of what follows it, while each one passes the
-    SHIFT_ thresholds."""
-    if window_seconds < 2 * SHIFT_MIN_SECONDS or len(requests) < 2:
-        return None
-    times = np.asarray([r.time for r in requests])
-    contexts = np.log(np.maximum(1.0, np.asarray([r.input_tokens + r.output_tokens for r in requests], dtype=float)))
-    bins = np.minimum((times // SHIFT_BIN_SECONDS).astype(int), int(window_seconds // SHIFT_BIN_SECONDS))
-    counts = np.bincount(bins)
-    sums = np.bincount(bins, weights=contexts)
-    kept = np.flatnonzero(counts >= SHIFT_MIN_BIN_REQUESTS)
-    if len(kept) < 2:
-        return None
-    means = sums[kept] / counts[kept]
-    starts = kept * SHIFT_BIN_SECONDS
-    side = int(SHIFT_MIN_SECONDS // SHIFT_BIN_SECONDS)
-    cut: float | None = None
-    first = 0
-    while len(means) - first >= 2 * side:
-        best_t, best_k = 0.0, None
-        for k in range(first + side, len(means) - side + 1):
-            before, after = means[first:k], means[k:]
-            spread = math.sqrt(before.var(ddof=1) / len(before) + after.var(ddof=1) / len(after))
-            moved = after.mean() - before.mean()
-            if abs(moved) < math.log(SHIFT_FACTOR):
-                continue
-            t = abs(moved) / spread if spread > 0 else math.inf
-            if t > best_t:
-                best_t, best_k = t, k
-        if best_k is None or best_t < SHIFT_T:
-            break
-        cut, first = float(starts[best_k]), best_k
-    return cut
 
 
 def _sample_lengths(rng: np.random.Generator, bounds: Sequence[float], counts: Sequence[float], total: float,
@@ -643,19 +595,7 @@ class TrafficEstimator:
     def picture(self, seed: int = 0) -> TrafficPicture | None:
         """The replayable traffic of the window, or None when too little has been seen."""
         picture = self._exact_picture() or self._binned_picture(seed)
-        if picture is None:
-            return None
-        cut = regime_start(picture.requests, picture.window_seconds)
-        if cut:
-            if picture.source == "metrics":
-                start = self.bins[0].start + cut
-                since = self._binned_picture(seed, [b for b in self.bins if b.start >= start - 1e-9])
-            else:
-                since = replace(picture, requests=[replace(r, time=r.time - cut) for r in picture.requests
-                                                   if r.time >= cut], window_seconds=picture.window_seconds - cut)
-            if since is not None and len(since.requests) >= 2:
-                picture = replace(since, regime_cut_seconds=cut)
-        if len(picture.requests) <= self.settings.max_replay_requests:
+        if picture is None or len(picture.requests) <= self.settings.max_replay_requests:
             return picture
         # The most recent requests only, from the first of them (what ran before is not replayed).
         dropped = len(picture.requests) - self.settings.max_replay_requests
@@ -699,8 +639,8 @@ class TrafficEstimator:
         binned = self.bins[-1].end - self.bins[0].start
         return span >= self.settings.exact_coverage * binned
 
-    def _binned_picture(self, seed: int, bins: Sequence[TrafficBin] | None = None) -> TrafficPicture | None:
-        bins = [b for b in (self.bins if bins is None else bins) if b.end > b.start]
+    def _binned_picture(self, seed: int) -> TrafficPicture | None:
+        bins = [b for b in self.bins if b.end > b.start]
         if not bins or sum(b.arrivals for b in bins) < 2:
             return None
         rng = np.random.default_rng(seed)

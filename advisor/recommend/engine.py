@@ -270,11 +270,6 @@ def _recommend(
                 f"request where the server showed {replay.live_context_shown:,.0f}: outputs paired again to the "
                 f"prompts ({replay.live_context_replayed:,.0f})"
             )
-        if replay.regime_cut_seconds > 0:
-            notes.append(
-                f"the traffic's context lengths shifted {replay.window_seconds / 60:.0f} min ago: the replay covers "
-                f"only what came since (the {replay.regime_cut_seconds / 60:.0f} min before are another regime)"
-            )
         if replay.flat:
             notes.append(
                 f"replayed goodput is flat within its noise over r {replay.width_lower:.3g}-{replay.width_upper:.3g}: "

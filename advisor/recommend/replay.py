@@ -119,7 +119,6 @@ class ReplayCurve:
     live_running_replayed: float | None = None
     live_running_matches: bool | None = None  # within calibration_running_factor of each other
     calibration_rounds: int = 0  # re-pairings, each one more run at the live ratio
-    regime_cut_seconds: float = 0.0  # the window's part before a regime shift, left out of the replay
 
     @property
     def gain(self) -> float | None:
@@ -373,6 +372,5 @@ def replay_curve(
         live_running_replayed=calibration.replayed_running if calibration else None,
         live_running_matches=calibration.running_matches(settings) if calibration else None,
         calibration_rounds=calibration.rounds if calibration else 0,
-        regime_cut_seconds=picture.regime_cut_seconds,
     )
 
