@@ -71,6 +71,8 @@ class RecommenderSettings:
             raise ValueError("min_gain and base_band must be >= 0")
         if not 0 <= self.keep_gain_share <= 1:
             raise ValueError(f"keep_gain_share must be in [0, 1], got {self.keep_gain_share}")
+        if not (0 <= self.served_failure_share <= 1 and 0 < self.replay_failure_share <= 1):
+            raise ValueError("served_failure_share must be in [0, 1] and replay_failure_share in (0, 1]")
 
 
 @dataclass
@@ -280,6 +282,7 @@ def _recommend(
             # serves this traffic better, and a replay that says otherwise pictured other traffic.
             target = live_ratio
             factor = target / r_center
+            rec.predicted_goodput_gain_ratio = 1.0  # the live r itself
             rec.ratio_lower = min(replay.hold_lower, live_ratio / CONTRADICTED_HOLD_FACTOR)
             rec.ratio_upper = max(replay.hold_upper, live_ratio * CONTRADICTED_HOLD_FACTOR)
             notes.append(

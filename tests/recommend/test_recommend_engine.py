@@ -303,6 +303,7 @@ def test_a_replay_the_server_contradicts_at_its_own_ratio_is_not_acted_on():
     kept = decide(False, 0.0)
     assert (kept.decision, kept.reason_code) == ("hold", "inside_bounds")
     assert kept.ratio == pytest.approx(0.9) and kept.ratio_lower < 0.9 < kept.ratio_upper
+    assert kept.predicted_goodput_gain_ratio == 1.0  # nothing is predicted to be gained by keeping the live r
     assert any("picture of the traffic is off" in note for note in kept.notes)
     assert decide(True, 0.0).decision == "raise_ratio"  # the replay runs the server's batch: trusted
     assert decide(None, 0.0).decision == "raise_ratio"  # nothing to check it by
