@@ -10,6 +10,10 @@ the score steady. Where the curve is flat within the replay's noise, the prior d
 The replayed window is one realisation of the traffic and its plateau is wider than the traffic's own (a short
 window holds fewer of the bursts that end it), so the choice keeps a margin of `edge_margin` inside the plateau's
 ends: the prior clipped into the plateau shrunk by that factor at each end.
+
+The live ratio runs first, as a check of the picture against the server: a metrics-only picture whose running
+batch there is not as long as the server showed has its outputs paired again (`calibrated_picture`), and the
+running requests it holds there are reported beside the server's.
 """
 
 from __future__ import annotations
