@@ -406,23 +406,16 @@ def _live_batch(seq_tokens: float | None, running: float | None) -> dict[str, fl
     return {"live_seq_tokens": float(seq_tokens), "live_running": float(running)}
 
 
-def _mean_live_context(bins: Sequence[TrafficBin]) -> float | None:
-    """The running batch's mean sequence length over the bins that showed one (busy), weighted by their length;
-    None under MIN_LIVE_SAMPLES busy bins (a handful of gauge readings says too little to pair by)."""
+def _mean_live_batch(bins: Sequence[TrafficBin]) -> tuple[float, float] | None:
+    """The running batch's mean sequence length and mean running requests over the bins that showed one (busy),
+    weighted by their length; None under MIN_LIVE_SAMPLES busy bins (a handful of gauge readings says too little
+    to pair by)."""
     busy = [b for b in bins if b.live_running > 0]
     seconds = sum(b.end - b.start for b in busy)
     if len(busy) < MIN_LIVE_SAMPLES or seconds <= 0:
         return None
-    return sum((b.end - b.start) * b.live_seq_tokens / b.live_running for b in busy) / seconds
-
-
-def _mean_busy_running(bins: Sequence[TrafficBin]) -> float | None:
-    """The running requests over the same busy bins as `_mean_live_context`, weighted by their length."""
-    busy = [b for b in bins if b.live_running > 0]
-    seconds = sum(b.end - b.start for b in busy)
-    if len(busy) < MIN_LIVE_SAMPLES or seconds <= 0:
-        return None
-    return sum((b.end - b.start) * b.live_running for b in busy) / seconds
+    length = sum((b.end - b.start) * b.live_seq_tokens / b.live_running for b in busy) / seconds
+    return length, sum((b.end - b.start) * b.live_running for b in busy) / seconds
 
 
 def live_context(requests: Sequence[RequestSpec]) -> float | None:
@@ -674,14 +667,15 @@ class TrafficEstimator:
             for t, i, o in zip(times, inputs, outputs, strict=True):
                 requests.append(RequestSpec(float(t), int(i), int(o), UNSET_MAX_NEW_TOKENS))
         requests.sort(key=lambda r: r.time)
-        target = _mean_live_context(bins)
+        live_batch = _mean_live_batch(bins)
+        target, running = live_batch if live_batch is not None else (None, None)
         continued: set[int] = set()
         if prompts:
             requests, continued = self._with_admitted_prompts(requests, prompts, bins, backlog, rng, target)
         elif target is not None:
             requests = paired_to_live_context(requests, target, rng)
         return TrafficPicture(requests=requests, window_seconds=window, source="metrics", backlog=backlog,
-                              live_context=target, live_running=_mean_busy_running(bins),
+                              live_context=target, live_running=running,
                               fixed_outputs=tuple(sorted(continued)))
 
     def _admitted_prompts(self, bins: Sequence[TrafficBin]) -> list[AdmittedPrompt]:
