@@ -237,21 +237,7 @@ class FleetFrame:
                 per_time = samples[server] = {}
                 if server not in labels_of:
                     labels_of[server] = known_labels[server]
-            # the rest as `_store` does it, for the one point
-            index, outer, inner, accumulate, model_name = where
-            sample = per_time.get(t)
-            if sample is None:
-                sample = per_time[t] = _Sample()
-            found = sample.maps[index]
-            if inner is not None:
-                found = found.get(outer) or found.setdefault(outer, {})
-                found[inner] = value
-            elif accumulate:
-                found[outer] = found.get(outer, 0.0) + value
-            else:
-                found[outer] = value
-            if model_name and sample.model_name is None:
-                sample.model_name = model_name
+            _place(per_time, t, value, where)
             added += 1
         self.values_added += added
         return skipped
@@ -295,7 +281,6 @@ class FleetFrame:
     def _store(self, server: str, where: tuple[int, Any, Any, bool, str | None],
                points: Iterable[tuple[float, float]]) -> int:
         """A resolved row's points into its server's samples; the count stored."""
-        index, outer, inner, accumulate, model_name = where
         per_time = self.samples.get(server)
         if per_time is None:
             per_time = self.samples[server] = {}
@@ -303,19 +288,7 @@ class FleetFrame:
         for t, value in points:
             if value != value:  # NaN: no sample
                 continue
-            sample = per_time.get(t)
-            if sample is None:
-                sample = per_time[t] = _Sample()
-            found = sample.maps[index]
-            if inner is not None:  # a bucket: histogram -> {le: value}
-                found = found.get(outer) or found.setdefault(outer, {})
-                found[inner] = value
-            elif accumulate:
-                found[outer] = found.get(outer, 0.0) + value
-            else:
-                found[outer] = value
-            if model_name and sample.model_name is None:
-                sample.model_name = model_name
+            _place(per_time, t, value, where)
             added += 1
         return added
 
@@ -463,3 +436,21 @@ __all__ = [
     "HASHMOD_SEPARATOR", "FleetFrame", "FleetQuery", "fleet_queries", "observation_of", "replay_step",
     "server_info_from_gauges", "shard_of",
 ]
+
+
+def _place(per_time: dict[float, Any], t: float, value: float, where: tuple[int, Any, Any, bool, str | None]) -> None:
+    """One resolved point into its server's sample at `t` (both the range and the text-scanned instant paths)."""
+    index, outer, inner, accumulate, model_name = where
+    sample = per_time.get(t)
+    if sample is None:
+        sample = per_time[t] = _Sample()
+    found = sample.maps[index]
+    if inner is not None:  # a bucket: histogram -> {le: value}
+        found = found.get(outer) or found.setdefault(outer, {})
+        found[inner] = value
+    elif accumulate:
+        found[outer] = found.get(outer, 0.0) + value
+    else:
+        found[outer] = value
+    if model_name and sample.model_name is None:
+        sample.model_name = model_name
