@@ -58,6 +58,15 @@ PAIRING_TOLERANCE = 0.1
 # Scrapes that must have shown a running batch before its mean length pairs the outputs (30 min of 15 s scrapes
 # give 120; fewer than this and the stays pair them, as without the gauge).
 MIN_LIVE_SAMPLES = 20
+# The pairing axis reads the prompts as a mixture of two kinds when a two-normal fit in log tokens beats one
+# normal by this many nats per log n (three more parameters; BIC asks 1.5), from this many requests, starting
+# EM with the split at these quantiles (a small kind, a burst of documents among chat, needs a high start).
+MIXTURE_EVIDENCE = 5.0
+MIXTURE_MIN_REQUESTS = 50
+MIXTURE_STARTS = (0.5, 0.8, 0.95, 0.99)
+MIXTURE_ITERATIONS = 40
+MIXTURE_MIN_SD = 0.05  # log tokens: a kind of one repeated length does not collapse the fit
+MIXTURE_FIT_POINTS = 2000
 
 
 @dataclass(frozen=True)
@@ -434,13 +443,75 @@ def _batch_sums(prompts: np.ndarray, outputs: np.ndarray) -> tuple[float, float]
     return float((outputs * (prompts + outputs / 2)).sum()), float(outputs.sum())
 
 
+def _normal_log_density(values: np.ndarray, mean: float, sd: float) -> np.ndarray:
+    return -0.5 * ((values - mean) / sd) ** 2 - math.log(sd * math.sqrt(2.0 * math.pi))
+
+
+def _two_kinds(log_prompts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """(weights, means, sds) of the best two-normal fit in log tokens, when it beats one normal by more than
+    MIXTURE_EVIDENCE nats per log n; else None. Fitted on at most MIXTURE_FIT_POINTS evenly spaced quantiles."""
+    n = len(log_prompts)
+    sample = log_prompts if n <= MIXTURE_FIT_POINTS else np.quantile(
+        log_prompts, (np.arange(MIXTURE_FIT_POINTS) + 0.5) / MIXTURE_FIT_POINTS)
+    points = len(sample)
+    mean, sd = float(sample.mean()), float(sample.std())
+    one = float(_normal_log_density(sample, mean, sd).sum())
+    best: tuple[float, np.ndarray, np.ndarray, np.ndarray] | None = None
+    for quantile in MIXTURE_STARTS:
+        split = float(np.quantile(sample, quantile))
+        low, high = sample[sample <= split], sample[sample > split]
+        if len(low) < 2 or len(high) < 2:
+            continue
+        weights = np.asarray([len(low) / points, len(high) / points])
+        means = np.asarray([low.mean(), high.mean()])
+        sds = np.maximum(np.asarray([low.std(), high.std()]), MIXTURE_MIN_SD)
+        likelihood = -math.inf
+        for _ in range(MIXTURE_ITERATIONS):
+            joint = np.stack([np.log(weights[k]) + _normal_log_density(sample, means[k], sds[k]) for k in range(2)])
+            top = joint.max(axis=0)
+            total = top + np.log(np.exp(joint - top).sum(axis=0))
+            previous, likelihood = likelihood, float(total.sum())
+            posterior = np.exp(joint - total)
+            mass = posterior.sum(axis=1)
+            if (mass < 1.0).any() or likelihood - previous < 1e-6 * points:
+                break
+            weights = mass / points
+            means = (posterior * sample).sum(axis=1) / mass
+            sds = np.maximum(np.sqrt((posterior * (sample - means[:, None]) ** 2).sum(axis=1) / mass), MIXTURE_MIN_SD)
+        if (mass >= 1.0).all() and (best is None or likelihood > best[0]):
+            best = (likelihood, weights, means, sds)
+    if best is None or (best[0] - one) * n / points <= MIXTURE_EVIDENCE * math.log(n):
+        return None
+    return best[1], best[2], best[3]
+
+
+def pairing_axis(log_prompts: np.ndarray) -> np.ndarray:
+    """Each prompt's place on the axis outputs are paired along: its z-score in log tokens, or, where the
+    prompts are a mixture of two kinds (chat and documents, say), the z-score of its kind's mean, weighed by how
+    surely it is of that kind. Outputs follow the kind of request (its application), not a few tokens more of
+    prompt: a linear axis would give every document the very longest outputs and the longest chats the longer
+    ones, where a mixture's documents answer longer as a group and each kind's answers spread as they do.
+    The mixture is a two-component normal fit in log tokens (EM from a few starts), kept where it explains the
+    prompts better than one normal by more than MIXTURE_EVIDENCE nats per log n (a BIC-like margin)."""
+    mean, sd = float(log_prompts.mean()), float(log_prompts.std())
+    z = (log_prompts - mean) / sd
+    kinds = _two_kinds(log_prompts) if len(log_prompts) >= MIXTURE_MIN_REQUESTS else None
+    if kinds is None:
+        return z
+    weights, means, sds = kinds
+    joint = np.stack([np.log(weights[k]) + _normal_log_density(log_prompts, means[k], sds[k]) for k in range(2)])
+    posterior = np.exp(joint - joint.max(axis=0))
+    posterior /= posterior.sum(axis=0)
+    return ((means[:, None] - mean) / sd * posterior).sum(axis=0)
+
+
 def paired_to_live_context(requests: list[RequestSpec], target: float, rng: np.random.Generator,
                            keep: Collection[int] = (), tolerance: float = PAIRING_TOLERANCE) -> list[RequestSpec]:
     """The drawn outputs dealt out again over the prompts so that the replay's running batch holds the mean
     sequence length the server showed (`target`, its decode_sum_seq_lens over num_running_reqs). The histograms
     give the outputs' distribution but not which prompt each belongs to, and that pairing sets how much KV the
     running batch holds: a document with a long answer holds its long sequence for every step of the answer.
-    Each request is weighed by log output + beta * (its prompt's z-score in log tokens) * sd(log output); the
+    Each request is weighed by log output + beta * (its prompt's place on `pairing_axis`) * sd(log output); the
     drawn outputs, sorted, go to the requests in the order of that weight, and beta (0 = the pairing as given,
     > 0 long prompts get long outputs, < 0 short ones) is the weakest whose batch length comes within
     `tolerance` of the target (or nearest it). A few long prompts carry much of the batch length, so it moves
@@ -459,7 +530,7 @@ def paired_to_live_context(requests: list[RequestSpec], target: float, rng: np.r
     kept = [requests[index] for index in range(len(requests)) if index in keep]
     kept_lengths, kept_steps = _batch_sums(np.asarray([r.input_tokens for r in kept], dtype=float),
                                            np.asarray([r.output_tokens for r in kept], dtype=float))
-    propensity = (prompts - prompts.mean()) / prompts.std() * log_outputs.std()
+    propensity = pairing_axis(prompts) * log_outputs.std()
     ties = rng.random(len(free))  # breaks ties among equal weights without favouring arrival order
     ranked = np.sort(drawn)
     prompt_tokens = np.exp(prompts)
@@ -657,8 +728,8 @@ class TrafficEstimator:
                 continue
             source = bins[min(with_lengths, key=lambda i: abs(i - index))]
             inputs = _sample_lengths(rng, source.prompt_bounds, source.prompt_counts, source.prompt_sum, count)
-            outputs = _sample_lengths(rng, source.generation_bounds, source.generation_counts, source.generation_sum,
-                                      count)
+            outputs = _sample_lengths(rng, source.generation_bounds, source.generation_counts,
+                                      source.generation_sum, count)
             if index == 0 and backlog:
                 times = np.concatenate([np.zeros(min(backlog, count)),
                                         rng.uniform(0.0, traffic_bin.end - start, max(0, count - backlog))])

@@ -14,6 +14,7 @@ from advisor.estimate.traffic import (
     admitted_prompts,
     live_context,
     paired_to_live_context,
+    pairing_axis,
 )
 from advisor.scheduler.types import RequestSpec
 
@@ -460,3 +461,50 @@ def test_what_waits_at_the_windows_end_gets_prompts_like_the_windows_admitted_on
     assert len(tail) >= 25
     # one admitted prompt in 37 was a document: a few may be drawn, not the finished intervals' all-document mix
     assert sum(tokens > 10000 for tokens in tail) <= 0.2 * len(tail)
+
+
+def _chat_with_a_few_documents(rng, chat_count, document_count):
+    """Chat (log-normal prompts around 900 tokens, outputs around 300 drawn apart from them) and a burst's
+    documents (about 40,000-token prompts, outputs around 900): each kind's outputs spread on their own."""
+    chat = [RequestSpec(0.0, int(rng.lognormal(np.log(900), 0.9)) + 1, int(rng.lognormal(np.log(300), 0.8)) + 1,
+                        UNSET_MAX_NEW_TOKENS) for _ in range(chat_count)]
+    documents = [RequestSpec(0.0, int(rng.lognormal(np.log(40000), 0.3)), int(rng.lognormal(np.log(900), 0.5)) + 1,
+                             UNSET_MAX_NEW_TOKENS) for _ in range(document_count)]
+    return chat + documents
+
+
+def test_the_pairing_axis_is_the_prompts_z_score_unless_they_are_two_kinds():
+    rng = np.random.default_rng(11)
+    one_kind = np.log(rng.lognormal(np.log(900), 0.9, 3000))
+    assert np.allclose(pairing_axis(one_kind), (one_kind - one_kind.mean()) / one_kind.std())
+    two_kinds = np.log([r.input_tokens for r in _chat_with_a_few_documents(rng, 3000, 60)])
+    axis = pairing_axis(two_kinds)
+    chat_axis, document_axis = axis[:3000], axis[3000:]
+    # each kind sits at its kind's mean: no order inside a kind (but for the few longest chats, which might be
+    # documents), the documents well above the chat
+    assert np.percentile(chat_axis, 99) - chat_axis.min() < 0.05
+    assert np.percentile(document_axis, 5) > 3.0
+    assert np.ptp(pairing_axis(two_kinds[:40])) == pytest.approx(np.ptp((two_kinds[:40] - two_kinds[:40].mean())
+                                                                         / two_kinds[:40].std()))  # too few to say
+
+
+def test_a_mixtures_outputs_follow_the_kind_of_request_not_each_prompts_length():
+    """The histograms give chat and documents' outputs unpaired; the shown batch length asks for the documents'
+    long answers. The documents get them as a group, each kind's answers keep their own spread, and inside the
+    chat a longer prompt gets no longer answer (a linear pairing would hand the longest chats the longer ones
+    and every document the very longest)."""
+    rng = np.random.default_rng(12)
+    truth = _chat_with_a_few_documents(rng, 3000, 60)
+    outputs = rng.permutation([r.output_tokens for r in truth])
+    drawn = [replace(r, output_tokens=int(o)) for r, o in zip(truth, outputs, strict=True)]
+    target = live_context(truth)
+    dealt = paired_to_live_context(drawn, target, np.random.default_rng(0), tolerance=0.02)
+    assert live_context(dealt) == pytest.approx(target, rel=0.021)
+    chat, documents = dealt[:3000], dealt[3000:]
+    chat_prompts = np.argsort(np.argsort([r.input_tokens for r in chat]))
+    chat_outputs = np.argsort(np.argsort([r.output_tokens for r in chat]))
+    assert abs(np.corrcoef(chat_prompts, chat_outputs)[0, 1]) < 0.1
+    document_outputs = np.asarray([r.output_tokens for r in documents])
+    assert np.mean(document_outputs) > 2 * np.mean([r.output_tokens for r in chat])
+    # spread like the documents' own answers, not the handful of longest outputs of all
+    assert np.percentile(document_outputs, 10) < 0.6 * np.percentile(document_outputs, 90)
