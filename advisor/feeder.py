@@ -291,7 +291,7 @@ def observe_traffic_interval(traffic: TrafficEstimator, now: float, delta: Obser
     the request counter's), running + queued, and the interval's token histograms."""
     in_system = sample.running_requests + sample.queued_requests
     if delta.since_start or delta.restarted:
-        traffic.baseline(in_system, sample.queued_requests)  # lifetime totals are not this interval's traffic
+        traffic.baseline(in_system, sample.queued_requests, now)  # lifetime totals are not this interval's traffic
         return
     seconds = delta.interval_seconds
     prompt, generation = delta.prompt_tokens_histogram, delta.generation_tokens_histogram

@@ -392,13 +392,16 @@ class ServerPipeline:
         self.previous = observation
         if delta.restarted:
             self.info_due = True
-        # The first scrape after a checkpoint restore is only a baseline: its lifetime totals were seen before.
+        clamp = observed_clamp(self.server_info, self.boot, len(observation.ranks))
+        sample = scrape_sample(observation, delta, clamp=clamp, log_retractions=report.log_retractions, baseline=first)
+        # The first scrape after a checkpoint restore is only a baseline: its lifetime totals were seen before, and
+        # the requests in flight are counted from it (not from the checkpoint's count, however old).
         if first and self.server_state.restored:
+            self.server_state.traffic.baseline(sample.running_requests + sample.queued_requests,
+                                               sample.queued_requests, now)
             return True
         if not self.server_state.uses_request_logs:
             self.estimator.observe_token_histograms(now, delta.prompt_tokens_histogram, delta.generation_tokens_histogram)
-        clamp = observed_clamp(self.server_info, self.boot, len(observation.ranks))
-        sample = scrape_sample(observation, delta, clamp=clamp, log_retractions=report.log_retractions, baseline=first)
         self.estimator.observe_scrape(now, sample)
         observe_traffic_interval(self.server_state.traffic, now, delta, sample)
         if not self.uses_decode_lines:

@@ -600,15 +600,23 @@ class TrafficEstimator:
         admissions, self.pending_admissions = self.pending_admissions, []
         if not (seconds > 0 and math.isfinite(seconds) and math.isfinite(finished) and math.isfinite(in_system)):
             return
-        previous, previous_queued = self.last_in_system, self.last_queued
+        previous, previous_queued, previous_time = self.last_in_system, self.last_queued, self.last_time
         self.last_in_system = in_system
         self.last_queued = queued if queued is not None and math.isfinite(queued) else None
         self.last_time = now
         if previous is None:
             return  # the first scrape only gives the baseline in-system count
+        # The bin runs from the in-system count it differs from: where intervals went unobserved since (nothing
+        # had finished yet, so no histogram to read), their arrivals spread over them, not into the last one.
+        # One further back than the window says nothing of when they came: a new baseline.
+        start = now - seconds
+        if previous_time is not None and previous_time < start:
+            if now - previous_time > self.settings.window_seconds:
+                return
+            start = previous_time
         arrivals = max(0.0, finished + in_system - previous)
         self.bins.append(TrafficBin(
-            start=now - seconds, end=now, arrivals=arrivals, in_system_at_start=previous,
+            start=start, end=now, arrivals=arrivals, in_system_at_start=previous,
             queued_at_start=previous_queued, admissions=admissions,
             prompt_bounds=_shared_bounds(prompt_bounds), prompt_counts=_counts(prompt_counts),
             prompt_sum=max(0.0, float(prompt_sum)),
@@ -620,9 +628,11 @@ class TrafficEstimator:
         while self.bins and (self.bins[0].end <= horizon or len(self.bins) > self.settings.max_bins):
             self.bins.popleft()
 
-    def baseline(self, in_system: float, queued: float | None = None) -> None:
+    def baseline(self, in_system: float, queued: float | None = None, now: float | None = None) -> None:
         """A scrape that only sets the baseline (the first after a restart): what ran before it is not replayed."""
         self.last_in_system, self.last_queued = in_system, queued
+        if now is not None:
+            self.last_time = now
         self.pending_admissions = []
 
     def observe_admissions(self, batches: Sequence[Sequence[int]], *, chunk_tokens: int | None = None,

@@ -127,3 +127,24 @@ def test_the_configured_decode_lock_skip_sets_s():
         assert skipping.pipelines[0].server_model().serving.skip_decode_lock_source == "config"
         default.close()
         skipping.close()
+
+
+def test_a_restart_counts_requests_in_flight_from_its_first_scrape_not_the_checkpoints(tmp_path):
+    """The checkpoint's in-flight count is as old as the daemon's downtime: after a restart the first scrape sets
+    the traffic baseline (its count and time), so the next interval's arrivals are that interval's."""
+    checkpoint = str(tmp_path / "advisor.json")
+    with ReplayServer() as server:
+        advisor = advisor_for(server.url, checkpoint_path=checkpoint)
+        advisor.run_cycle()
+        traffic = advisor.pipelines[0].server_state.traffic
+        traffic.last_in_system, traffic.last_time = 1000.0, 5.0  # a count long out of date
+        advisor.save_checkpoint()
+        advisor.close()
+        restarted = advisor_for(server.url, checkpoint_path=checkpoint)
+        assert restarted.load_checkpoint() is None
+        pipeline = restarted.pipelines[0]
+        assert pipeline.server_state.restored and pipeline.server_state.traffic.last_in_system == 1000.0
+        restarted.run_cycle()
+        traffic = pipeline.server_state.traffic
+        assert traffic.last_in_system != 1000.0 and traffic.last_time is not None and traffic.last_time > 5.0
+        restarted.close()

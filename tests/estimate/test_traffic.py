@@ -508,3 +508,36 @@ def test_a_mixtures_outputs_follow_the_kind_of_request_not_each_prompts_length()
     assert np.mean(document_outputs) > 2 * np.mean([r.output_tokens for r in chat])
     # spread like the documents' own answers, not the handful of longest outputs of all
     assert np.percentile(document_outputs, 10) < 0.6 * np.percentile(document_outputs, 90)
+
+
+def _document_interval(traffic, now, seconds, in_system, finished):
+    traffic.observe_interval(now, seconds, finished=finished, in_system=in_system, prompt_bounds=PROMPT_BOUNDS,
+                             prompt_counts=[0, 0, 0, finished, 0], prompt_sum=finished * 60000,
+                             generation_bounds=OUTPUT_BOUNDS, generation_counts=[0, 0, finished, 0],
+                             generation_sum=finished * 1000)
+
+
+def test_arrivals_of_intervals_seen_before_the_first_finish_spread_over_them():
+    """Long documents: nothing finishes for the first minute, so those scrapes have no histogram to read and
+    make no bin. The first bin then counts every arrival since the baseline; they came over the whole minute,
+    not in its last interval (a burst the replay would queue behind)."""
+    traffic = TrafficEstimator(TrafficSettings(window_seconds=900))
+    traffic.observe_interval(15.0, 15.0, finished=0, in_system=9)  # the baseline
+    _document_interval(traffic, 75.0, 15.0, in_system=49, finished=1)  # 30, 45 and 60 made no bin
+    for index in range(40):
+        _document_interval(traffic, 90.0 + 15.0 * index, 15.0, in_system=49, finished=9)
+    assert traffic.bins[0].start == 15.0 and traffic.bins[0].arrivals == 41.0
+    picture = traffic.picture(seed=2)
+    assert picture is not None and picture.backlog == 9
+    first_minute = [r for r in picture.requests if r.time < 60.0]
+    assert len(first_minute) == pytest.approx(9 + 41, abs=1)
+    assert len([r for r in first_minute if r.time >= 45.0]) < 9 + 41 / 4 + 8  # not crammed into the last 15 s
+
+
+def test_an_unobserved_stretch_longer_than_the_window_starts_a_new_baseline():
+    traffic = TrafficEstimator(TrafficSettings(window_seconds=600))
+    traffic.observe_interval(0.0, 15.0, finished=0, in_system=3)
+    _document_interval(traffic, 2000.0, 15.0, in_system=40, finished=2)
+    assert not traffic.bins  # 37 more in flight since an hour ago says nothing of when they came
+    _document_interval(traffic, 2015.0, 15.0, in_system=41, finished=2)
+    assert [(b.start, b.arrivals) for b in traffic.bins] == [(2000.0, 3.0)]
