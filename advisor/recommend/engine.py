@@ -275,7 +275,7 @@ def _recommend(
         if replay.flat:
             notes.append(
                 f"replayed goodput is flat within its noise over r {replay.width_lower:.3g}-{replay.width_upper:.3g}: "
-                f"the prior r {replay.prior_ratio:.3g} decides"
+                f"its middle, r {replay.chosen_ratio:.3g}, is furthest from where it falls"
             )
         if contradicted and live_ratio is not None:
             # The server is the evidence at its own ratio: it served without either pool failing, so no ratio

@@ -5,11 +5,12 @@ simulated goodput curve.
 Each candidate is scored by the mean of raw goodput (output tokens/s served) and SLO goodput (tokens/s of requests
 queued within a bound): a state-bound split pays for the queue it builds, a KV-bound one for its retractions and
 requeues, and near capacity, where the SLO figure flips with the realisation of the arrivals, the raw half keeps
-the score steady. Where the curve is flat within the replay's noise, the prior decides: the ratio nearest r*
-(which carries the insurance for the state pool's hard failure), never the plateau's lowest or highest ratio.
-The replayed window is one realisation of the traffic and its plateau is wider than the traffic's own (a short
-window holds fewer of the bursts that end it), so the choice keeps a margin of `edge_margin` inside the plateau's
-ends: the prior clipped into the plateau shrunk by that factor at each end.
+the score steady. Where the curve is flat within the replay's noise, the choice is the plateau's geometric
+middle: the ratio furthest, in log r, from where the curve was seen to fall on either side (or from the ends of
+what was tried), never the plateau's lowest or highest ratio. The candidates are centred on the prior r*, so a
+curve flat over all of them returns r* itself. The replayed window is one realisation of the traffic, and the
+next one's plateau sits elsewhere within it (a short window holds fewer of the bursts that end it): the middle
+is as far as the replay can see from both cliffs.
 
 The live ratio runs first, as a check of the picture against the server: a metrics-only picture whose running
 batch there is not as long as the server showed has its outputs paired again (`calibrated_picture`), and the
@@ -36,7 +37,7 @@ class ReplaySettings:
     span: float = 3.0  # candidates from prior / span to prior * span
     points: int = 5  # on a geometric grid from prior / span to prior * span, then two refining points
     flat_tolerance: float = 0.0075  # a plateau is within this share of the best (plus the replay's own noise)
-    # The chosen ratio stays this factor inside the plateau's ends (the geometric middle of a narrower plateau).
+    # The hold band stays this factor inside the plateau's ends.
     edge_margin: float = 1.5
     # The hold band spans at least this factor either side of the chosen ratio: a smaller move is not a restart.
     min_move: float = 1.1
@@ -94,7 +95,7 @@ class ReplayCurve:
     prior_ratio: float
     width_lower: float  # the ratio range within flat_tolerance of the best
     width_upper: float
-    flat: bool  # the prior decided among several equally good candidates
+    flat: bool  # several candidates were equally good (the choice is their middle)
     metric: str  # what `goodput` holds: "goodput_score" = (raw + SLO goodput) / 2
     requests: int
     window_seconds: float
@@ -263,15 +264,6 @@ def calibrated_picture(server: SchedulerServerConfig, picture: TrafficPicture, l
                                             picture.live_running)
 
 
-def ratio_on_plateau(lower: float, upper: float, prior: float, margin: float) -> float:
-    """The prior clipped into the plateau [lower, upper] less `margin` at each end (the plateau's geometric middle
-    when it is narrower than that): where the curve is flat the prior decides, never an end."""
-    inner_low, inner_high = lower * margin, upper / margin
-    if inner_low > inner_high:
-        inner_low = inner_high = math.sqrt(lower * upper)
-    return min(max(prior, inner_low), inner_high)
-
-
 def _interpolated(scores: dict[float, float], ratio: float) -> float:
     """The score at `ratio`, linear in log r between the candidates around it (the nearest end's beyond them)."""
     ratios = sorted(scores)
@@ -338,7 +330,7 @@ def replay_curve(
         results.update(zip(closer, run_many(server, picture, closer, settings), strict=True))
     candidates = sorted(results)  # the live ratio too: where it is as good as the best, the operator holds
     best, plateau = plateau_of(candidates)
-    chosen = ratio_on_plateau(plateau[0], plateau[-1], prior_ratio, settings.edge_margin)
+    chosen = math.sqrt(plateau[0] * plateau[-1])
     metric = "goodput_score"
     scores = {r: score(r) for r in results}
     chosen_goodput = _interpolated(scores, chosen)

@@ -6,7 +6,7 @@ from dataclasses import replace
 import pytest
 
 from advisor.estimate.traffic import TrafficPicture
-from advisor.recommend.replay import ReplaySettings, _run, calibrated_picture, ratio_on_plateau, replay_curve
+from advisor.recommend.replay import ReplaySettings, _run, calibrated_picture, replay_curve
 from advisor.scheduler.engine import simulate
 from advisor.scheduler.types import RequestSpec
 from advisor.sim.config import load_server_config
@@ -41,15 +41,18 @@ def test_near_capacity_the_replay_leaves_the_state_bound_default_for_a_ratio_tha
     assert at[curve.chosen_ratio] > at[0.5] * 1.05
 
 
-def test_where_every_ratio_serves_the_traffic_the_prior_decides_not_the_grid_end():
+def test_where_every_ratio_serves_the_traffic_the_plateaus_middle_decides_not_the_grid_end():
+    """Underload: every candidate and the live ratio below them serve alike. The choice is the plateau's
+    geometric middle, near the prior the candidates are centred on, far from the lowest ratio tried."""
     server = load_server_config("default")
     workload = workload_from_dict(_chat(0.3))  # underload: every split serves everything at once
     picture = TrafficPicture(workload.requests(2, 900), 900.0, "test")
     prior = 4.0
     curve = replay_curve(server, picture, prior_ratio=prior, live_ratio=0.9)
     assert curve is not None and curve.flat
-    assert curve.width_lower < prior < curve.width_upper
-    assert curve.chosen_ratio == pytest.approx(prior)
+    assert curve.width_lower == pytest.approx(0.9) and curve.width_upper > 3 * prior
+    assert curve.chosen_ratio == pytest.approx(math.sqrt(curve.width_lower * curve.width_upper))
+    assert prior / 1.25 < curve.chosen_ratio <= prior
     assert curve.gain == pytest.approx(1.0, abs=0.02)
 
 
@@ -59,18 +62,36 @@ def test_too_few_requests_give_no_curve():
     assert replay_curve(server, picture, prior_ratio=2.0, live_ratio=0.9) is None
 
 
+def _plateau_between(lower: float, upper: float):
+    """A scheduler model stand-in whose goodput is flat from `lower` to `upper` and falls steeply outside."""
+    from dataclasses import replace as dc_replace
+
+    template = simulate(load_server_config("default").with_ratio(1.0), workload_from_dict(_chat(0.3)), duration=60.0)
+
+    def run_many(_server, _picture, ratios, _settings):
+        return [dc_replace(template, ratio=r, completed_requests=5000, goodput_tokens_per_second=1000.0,
+                           slo_goodput_tokens_per_second=1000.0 * (1.0 if lower <= r <= upper else 0.5))
+                for r in ratios]
+    return run_many
+
+
 @pytest.mark.parametrize(
     ("lower", "upper", "prior", "chosen"),
     [
-        (1.0, 10.0, 4.0, 4.0),  # inside: the prior itself
-        (1.0, 10.0, 9.0, 10.0 / 1.5),  # near the upper end, where the curve falls: kept a margin inside it
-        (1.0, 10.0, 0.2, 1.5),  # below the plateau: its lower end plus the margin, not the end itself
-        (2.0, 2.5, 9.0, math.sqrt(5.0)),  # narrower than the margins: its geometric middle
-        (3.0, 3.0, 1.0, 3.0),  # a single best point
+        # the candidates are 4/3, 2.31, 4, 6.93 and 12 (then just outside the plateau's ends): the plateau is
+        # 4/3..4, and its middle is chosen, not the prior at its upper end nor a margin inside it
+        (1.2, 4.5, 4.0, math.sqrt(4.0 / 3.0 * 4.0)),
+        (3.9, 14.0, 4.0, math.sqrt(4.0 * 12.0)),  # the same from the other side
+        (0.01, 100.0, 4.0, 4.0),  # flat over every candidate: the prior, on which they are centred
     ],
 )
-def test_the_prior_decides_on_the_plateau_but_never_at_its_end(lower, upper, prior, chosen):
-    assert ratio_on_plateau(lower, upper, prior, 1.5) == pytest.approx(chosen)
+def test_on_a_plateau_the_middle_is_chosen_never_an_end(lower, upper, prior, chosen):
+    server = load_server_config("default")
+    picture = TrafficPicture([RequestSpec(float(t), 100, 10, 100) for t in range(200)], 200.0, "test")
+    curve = replay_curve(server, picture, prior_ratio=prior, live_ratio=None, run_many=_plateau_between(lower, upper))
+    assert curve is not None and curve.flat
+    assert curve.chosen_ratio == pytest.approx(chosen)
+    assert curve.width_lower < curve.chosen_ratio < curve.width_upper
 
 
 def test_a_sharp_optimum_is_bracketed_closer_than_the_grid():
