@@ -447,6 +447,15 @@ def _normal_log_density(values: np.ndarray, mean: float, sd: float) -> np.ndarra
     return -0.5 * ((values - mean) / sd) ** 2 - math.log(sd * math.sqrt(2.0 * math.pi))
 
 
+def _kind_posterior(values: np.ndarray, weights: np.ndarray, means: np.ndarray, sds: np.ndarray,
+                    ) -> tuple[np.ndarray, float]:
+    """(each value's probability of being of each of the two kinds, the mixture's log-likelihood of the values)."""
+    joint = np.stack([np.log(weights[k]) + _normal_log_density(values, means[k], sds[k]) for k in range(2)])
+    top = joint.max(axis=0)
+    total = top + np.log(np.exp(joint - top).sum(axis=0))
+    return np.exp(joint - total), float(total.sum())
+
+
 def _two_kinds(log_prompts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """(weights, means, sds) of the best two-normal fit in log tokens, when it beats one normal by more than
     MIXTURE_EVIDENCE nats per log n; else None. Fitted on at most MIXTURE_FIT_POINTS evenly spaced quantiles."""
@@ -467,11 +476,8 @@ def _two_kinds(log_prompts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndar
         sds = np.maximum(np.asarray([low.std(), high.std()]), MIXTURE_MIN_SD)
         likelihood = -math.inf
         for _ in range(MIXTURE_ITERATIONS):
-            joint = np.stack([np.log(weights[k]) + _normal_log_density(sample, means[k], sds[k]) for k in range(2)])
-            top = joint.max(axis=0)
-            total = top + np.log(np.exp(joint - top).sum(axis=0))
-            previous, likelihood = likelihood, float(total.sum())
-            posterior = np.exp(joint - total)
+            previous = likelihood
+            posterior, likelihood = _kind_posterior(sample, weights, means, sds)
             mass = posterior.sum(axis=1)
             if (mass < 1.0).any() or likelihood - previous < 1e-6 * points:
                 break
@@ -499,9 +505,7 @@ def pairing_axis(log_prompts: np.ndarray) -> np.ndarray:
     if kinds is None:
         return z
     weights, means, sds = kinds
-    joint = np.stack([np.log(weights[k]) + _normal_log_density(log_prompts, means[k], sds[k]) for k in range(2)])
-    posterior = np.exp(joint - joint.max(axis=0))
-    posterior /= posterior.sum(axis=0)
+    posterior, _ = _kind_posterior(log_prompts, weights, means, sds)
     return ((means[:, None] - mean) / sd * posterior).sum(axis=0)
 
 
@@ -738,8 +742,8 @@ class TrafficEstimator:
                 continue
             source = bins[min(with_lengths, key=lambda i: abs(i - index))]
             inputs = _sample_lengths(rng, source.prompt_bounds, source.prompt_counts, source.prompt_sum, count)
-            outputs = _sample_lengths(rng, source.generation_bounds, source.generation_counts,
-                                      source.generation_sum, count)
+            outputs = _sample_lengths(rng, source.generation_bounds, source.generation_counts, source.generation_sum,
+                                      count)
             if index == 0 and backlog:
                 times = np.concatenate([np.zeros(min(backlog, count)),
                                         rng.uniform(0.0, traffic_bin.end - start, max(0, count - backlog))])
