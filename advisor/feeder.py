@@ -286,12 +286,14 @@ def exact_requests(records: Iterable[RequestRecord], time_scale: float = 1.0) ->
 
 
 def observe_traffic_interval(traffic: TrafficEstimator, now: float, delta: ObservationDelta,
-                             sample: ScrapeSample) -> None:
+                             sample: ScrapeSample, *, baseline_only: bool = False) -> None:
     """One scrape interval into the traffic picture: finished requests (the prompt histogram's count delta, else
-    the request counter's), running + queued, and the interval's token histograms."""
+    the request counter's), running + queued, and the interval's token histograms. A scrape whose deltas are
+    lifetime totals (the server's first, a restart, or `baseline_only`: the first after the daemon's checkpoint
+    restore, whose totals were seen before) only sets the baseline count of requests in flight and its time."""
     in_system = sample.running_requests + sample.queued_requests
-    if delta.since_start or delta.restarted:
-        traffic.baseline(in_system, sample.queued_requests, now)  # lifetime totals are not this interval's traffic
+    if baseline_only or delta.since_start or delta.restarted:
+        traffic.baseline(in_system, sample.queued_requests, now)
         return
     seconds = delta.interval_seconds
     prompt, generation = delta.prompt_tokens_histogram, delta.generation_tokens_histogram

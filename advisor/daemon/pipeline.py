@@ -397,8 +397,7 @@ class ServerPipeline:
         # The first scrape after a checkpoint restore is only a baseline: its lifetime totals were seen before, and
         # the requests in flight are counted from it (not from the checkpoint's count, however old).
         if first and self.server_state.restored:
-            self.server_state.traffic.baseline(sample.running_requests + sample.queued_requests,
-                                               sample.queued_requests, now)
+            observe_traffic_interval(self.server_state.traffic, now, delta, sample, baseline_only=True)
             return True
         if not self.server_state.uses_request_logs:
             self.estimator.observe_token_histograms(now, delta.prompt_tokens_histogram, delta.generation_tokens_histogram)

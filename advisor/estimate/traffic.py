@@ -632,11 +632,9 @@ class TrafficEstimator:
         while self.bins and (self.bins[0].end <= horizon or len(self.bins) > self.settings.max_bins):
             self.bins.popleft()
 
-    def baseline(self, in_system: float, queued: float | None = None, now: float | None = None) -> None:
+    def baseline(self, in_system: float, queued: float | None, now: float) -> None:
         """A scrape that only sets the baseline (the first after a restart): what ran before it is not replayed."""
-        self.last_in_system, self.last_queued = in_system, queued
-        if now is not None:
-            self.last_time = now
+        self.last_in_system, self.last_queued, self.last_time = in_system, queued, now
         self.pending_admissions = []
 
     def observe_admissions(self, batches: Sequence[Sequence[int]], *, chunk_tokens: int | None = None,
