@@ -442,8 +442,8 @@ class ServerPipeline:
         )
         picture.replay = self._replay(now, model, picture, replay_budget)
         try:
-            previous = self.last_recommendation.decision if self.last_recommendation else None
-            rec = recommend(model, picture, self.recommender_settings, inputs_stale=stale, previous_decision=previous)
+            rec = recommend(model, picture, self.recommender_settings, inputs_stale=stale,
+                            previous=self.last_recommendation)
         except (ValueError, ZeroDivisionError) as exc:
             self.ledger.count("internal", f"recommendation failed: {exc}")
             rec = Recommendation(decision="insufficient_data", reason=f"cannot compute: {exc}")

@@ -28,6 +28,7 @@ from advisor.model.serving import (
     slots_per_request,
 )
 from advisor.recommend.policy import (
+    Decision,
     Nudge,
     PoolOutcome,
     PoolOutcomes,
@@ -59,10 +60,9 @@ class RecommenderSettings:
     keep_gain_share: float = 1.0 / 3.0
     # The server served its traffic at the live ratio without a pool failing when its clamp saturated with a
     # queue, and KV blocked a queue, each under this share of the time, and nothing was retracted. A replay whose
-    # own batch at the live ratio is not the server's, and which has a pool failing there at least
-    # `replay_failure_share` of the time, contradicts what the server showed: its gain is not acted on.
+    # own batch at the live ratio is not the server's pictured other traffic than what the server served: its
+    # curve is not acted on.
     served_failure_share: float = 0.02
-    replay_failure_share: float = 0.1
 
     def __post_init__(self) -> None:
         if self.state_bias < 0:
@@ -71,8 +71,8 @@ class RecommenderSettings:
             raise ValueError("min_gain and base_band must be >= 0")
         if not 0 <= self.keep_gain_share <= 1:
             raise ValueError(f"keep_gain_share must be in [0, 1], got {self.keep_gain_share}")
-        if not (0 <= self.served_failure_share <= 1 and 0 < self.replay_failure_share <= 1):
-            raise ValueError("served_failure_share must be in [0, 1] and replay_failure_share in (0, 1]")
+        if not 0 <= self.served_failure_share <= 1:
+            raise ValueError(f"served_failure_share must be in [0, 1], got {self.served_failure_share}")
 
 
 @dataclass
@@ -127,11 +127,12 @@ def recommend(
     settings: RecommenderSettings,
     *,
     inputs_stale: bool = False,
-    previous_decision: str | None = None,
+    previous: Recommendation | None = None,
 ) -> Recommendation:
     """The recommendation; with `inputs_stale` the numbers are the last good estimate's, flagged as such.
-    `previous_decision` (the last cycle's) gives the replayed-gain threshold its hysteresis."""
-    rec = _recommend(model, picture, settings, previous_decision)
+    `previous` (the last cycle's) gives the replayed-gain threshold its hysteresis, and its move stands
+    against a replay the server contradicts."""
+    rec = _recommend(model, picture, settings, previous)
     if inputs_stale and rec.decision != "unified_memory":
         rec.reason = f"the last scrapes failed; showing the last good estimate ({rec.decision}): {rec.reason}"
         rec.decision, rec.reason_code = "inputs_stale", "inputs_stale"
@@ -165,7 +166,7 @@ def _unified_memory(base: Recommendation, model: ServerModel, picture: WorkloadP
 
 
 def _recommend(
-    model: ServerModel, picture: WorkloadPicture, settings: RecommenderSettings, previous_decision: str | None = None,
+    model: ServerModel, picture: WorkloadPicture, settings: RecommenderSettings, previous: Recommendation | None = None,
 ) -> Recommendation:
     serving = model.serving
     summary = picture.summary
@@ -241,6 +242,7 @@ def _recommend(
     band = settings.base_band + 0.5 * (1.0 - confidence)
     rec = base
     replay = picture.replay
+    kept: KeptMove | None = None
     if replay is not None:
         # The replayed curve decides; its plateau (the ratios within its noise of the best) is the hold band.
         target = replay.chosen_ratio
@@ -259,7 +261,7 @@ def _recommend(
         rec.replay_live_running_shown = replay.live_running_shown
         rec.replay_live_running_replayed = replay.live_running_replayed
         shown_running, replayed_running = replay.live_running_shown, replay.live_running_replayed
-        contradicted = live_ratio is not None and _replay_contradicted(replay, summary, live_ratio, settings)
+        contradicted = live_ratio is not None and _replay_contradicted(replay, summary, settings)
         if replay.live_running_matches is False and shown_running and replayed_running and not contradicted:
             notes.append(
                 f"the replay at the live r runs {replayed_running:.3g} requests at once where the server ran "
@@ -279,17 +281,26 @@ def _recommend(
             )
         if contradicted and live_ratio is not None:
             # The server is the evidence at its own ratio: it served without either pool failing, so no ratio
-            # serves this traffic better, and a replay that says otherwise pictured other traffic.
-            target = live_ratio
-            factor = target / r_center
-            rec.predicted_goodput_gain_ratio = 1.0  # the live r itself
-            rec.ratio_lower = min(replay.hold_lower, live_ratio / CONTRADICTED_HOLD_FACTOR)
-            rec.ratio_upper = max(replay.hold_upper, live_ratio * CONTRADICTED_HOLD_FACTOR)
-            notes.append(
+            # serves this traffic better, and a replay that says otherwise pictured other traffic. A move a
+            # trusted replay advised before stands: a picture that is off says nothing against it.
+            kept = kept_move(previous, live_ratio)
+            contradiction = (
                 f"the replay at the live r {live_ratio:.3g} runs {replay.live_running_replayed or 0:.3g} requests at "
-                f"once and has a pool failing, where the server ran {replay.live_running_shown or 0:.3g} with neither "
-                f"pool failing: its picture of the traffic is off, and the live r, which served it, stands"
+                f"once, where the server ran {replay.live_running_shown or 0:.3g} with neither pool failing: its "
+                f"picture of the traffic is off"
             )
+            if kept is not None:
+                target = kept.ratio
+                rec.predicted_goodput_gain_ratio = kept.goodput_gain
+                rec.ratio_lower, rec.ratio_upper = kept.ratio_lower, kept.ratio_upper
+                notes.append(f"{contradiction}, and the move to r {target:.3g} advised before stands")
+            else:
+                target = live_ratio
+                rec.predicted_goodput_gain_ratio = 1.0  # the live r itself
+                rec.ratio_lower = min(replay.hold_lower, live_ratio / CONTRADICTED_HOLD_FACTOR)
+                rec.ratio_upper = max(replay.hold_upper, live_ratio * CONTRADICTED_HOLD_FACTOR)
+                notes.append(f"{contradiction}, and the live r, which served it, stands")
+            factor = target / r_center
     else:
         rec.ratio_lower = target * math.exp(-band)
         rec.ratio_upper = target * math.exp(band)
@@ -323,7 +334,9 @@ def _recommend(
 
     gain: float | None
     balanced_gain: float | None
-    if replay is not None and replay.gain is not None:
+    if kept is not None:
+        gain, balanced_gain, min_gain = None, None, settings.min_goodput_gain  # decided when it was advised
+    elif replay is not None and replay.gain is not None:
         # The plain gain on the observed traffic, or the margin-robust one for a live ratio next to a cliff.
         gain = max(g for g in (replay.gain, replay.robust_gain) if g is not None)
         balanced_gain, min_gain = None, settings.min_goodput_gain
@@ -331,14 +344,14 @@ def _recommend(
         # bar, so a gain hovering at the threshold does not flip the decision every replay; and a move advised
         # for a cliff stands while the cliff stays within the replay's wider keep margin.
         direction = "raise_ratio" if live_ratio is not None and target > live_ratio else "lower_ratio"
-        if previous_decision == direction:
+        if previous is not None and previous.decision == direction:
             min_gain = settings.min_goodput_gain * settings.keep_gain_share
             gain = max(g for g in (gain, replay.keep_robust_gain) if g is not None)
     else:
         gain = outcomes.gain if outcomes else None
         balanced_gain = outcomes.balanced_gain if outcomes else None
         min_gain = settings.min_gain
-    decision = decide(
+    decision = Decision(kept.decision, kept.reason_code) if kept is not None else decide(
         target_ratio=target, ratio_lower=rec.ratio_lower, ratio_upper=rec.ratio_upper, live_ratio=live_ratio,
         live_pin=serving.max_mamba_cache_size, pin=outcomes.pin if outcomes else None,
         gain=gain, balanced_gain=balanced_gain, min_gain=min_gain,
@@ -362,23 +375,42 @@ def _recommend(
 CONTRADICTED_HOLD_FACTOR = 1.1
 
 
-def _replay_contradicted(replay: ReplayCurve, summary: WorkloadSummary, live_ratio: float,
-                         settings: RecommenderSettings) -> bool:
-    """The replay's live point fails a pool (queues on the clamp, blocks on KV or retracts) and runs another
-    batch than the server's, while the server at that ratio showed neither pool failing."""
+@dataclass(frozen=True)
+class KeptMove:
+    """A move advised before, kept against a replay the server contradicts."""
+
+    decision: str
+    reason_code: str
+    ratio: float
+    ratio_lower: float
+    ratio_upper: float
+    goodput_gain: float | None
+
+
+def kept_move(previous: Recommendation | None, live_ratio: float) -> KeptMove | None:
+    """The last cycle's advice when it was a move of the live ratio that still points the same way from it."""
+    if previous is None or previous.ratio is None or previous.ratio_lower is None or previous.ratio_upper is None:
+        return None
+    raises = previous.decision == "raise_ratio" and previous.ratio > live_ratio
+    lowers = previous.decision == "lower_ratio" and previous.ratio < live_ratio
+    if not (raises or lowers):
+        return None
+    return KeptMove(previous.decision, previous.reason_code, previous.ratio, previous.ratio_lower,
+                    previous.ratio_upper, previous.predicted_goodput_gain_ratio)
+
+
+def _replay_contradicted(replay: ReplayCurve, summary: WorkloadSummary, settings: RecommenderSettings) -> bool:
+    """The replay at the live ratio runs another batch than the server's (mean running requests off by more than
+    the replay's calibration factor), while the server at that ratio showed neither pool failing: the replay
+    pictured other traffic, and on what the server served no ratio does better than the live one. Whether the
+    replay's own live point fails a pool does not matter: a picture that runs another batch puts its cliffs
+    elsewhere too."""
     if replay.live_running_matches is not False:
         return False
-    served = (summary.state_pool_saturation_ratio is not None and summary.kv_blocked_ratio is not None
-              and summary.state_pool_saturation_ratio < settings.served_failure_share
-              and summary.kv_blocked_ratio < settings.served_failure_share
-              and not summary.retractions_per_second)
-    if not served:
-        return False
-    live = min(replay.points, key=lambda p: abs(math.log(p.ratio / live_ratio)))
-    if not math.isclose(live.ratio, live_ratio, rel_tol=1e-9):
-        return False
-    return (live.state_bound_fraction + live.kv_bound_fraction >= settings.replay_failure_share
-            or live.retracted_requests > 0)
+    return (summary.state_pool_saturation_ratio is not None and summary.kv_blocked_ratio is not None
+            and summary.state_pool_saturation_ratio < settings.served_failure_share
+            and summary.kv_blocked_ratio < settings.served_failure_share
+            and not summary.retractions_per_second)
 
 
 def _reason(

@@ -8,6 +8,7 @@ from advisor.estimate.workload import EstimatorSettings, WorkloadEstimator
 from advisor.model.pools import GIB, ByteConstants, optimal_ratio
 from advisor.model.serving import ServingConfig
 from advisor.recommend.engine import RecommenderSettings, ServerModel, WorkloadPicture, recommend
+from advisor.recommend.types import Recommendation
 
 CONSTANTS = ByteConstants(13.50 * GIB / 258, 15.03 * GIB / 1167553)
 REST = 28.53 * GIB
@@ -213,6 +214,11 @@ def test_the_replayed_curve_decides_the_ratio_and_its_gain_the_decision(points, 
     assert rec.step_time_coefficients == {"decode_base_seconds": 0.02} and rec.replay_source == "test"
 
 
+def _previous(decision: str | None) -> Recommendation | None:
+    """The last cycle's recommendation as far as the hysteresis reads it: its decision."""
+    return None if decision is None else Recommendation(decision=decision, reason="")
+
+
 def test_an_advised_move_stands_until_its_replayed_gain_falls_below_a_share_of_the_bar():
     est, now = run([[(8192, 1024)] * 600])
     points = [(0.3, 1000.0), (0.5, 1000.0), (0.9, 1000.0), (1.5, 1020.0), (3.0, 900.0)]  # +2% at 1.5
@@ -223,7 +229,7 @@ def test_an_advised_move_stands_until_its_replayed_gain_falls_below_a_share_of_t
         picture = picture_of(est, now)
         picture.replay = _curve(points, 1.5, live=0.9, lower=1.4, upper=1.6, prior=1.7)
         model_ = model(strategy="extra_buffer_lazy", mamba_full_memory_ratio=0.9)
-        return recommend(model_, picture, settings, previous_decision=previous).decision
+        return recommend(model_, picture, settings, previous=_previous(previous)).decision
 
     assert decide(None) == "hold" and decide("hold") == "hold"
     assert decide("raise_ratio") == "raise_ratio"  # +2% is above half the bar: the advised raise stands
@@ -260,7 +266,7 @@ def test_a_move_advised_for_a_cliff_stands_while_the_cliff_stays_within_the_wide
         picture = picture_of(est, now)
         picture.replay = _curve(points, 1.5, live=0.9, lower=0.7, upper=4.0, prior=1.5, margin=1.5)
         return recommend(model(strategy="extra_buffer_lazy", mamba_full_memory_ratio=0.9), picture,
-                         RecommenderSettings(), previous_decision=previous).decision
+                         RecommenderSettings(), previous=_previous(previous)).decision
 
     assert decide(None) == "hold" and decide("hold") == "hold"
     assert decide("raise_ratio") == "raise_ratio"
@@ -288,13 +294,13 @@ def test_a_replay_the_server_contradicts_at_its_own_ratio_is_not_acted_on():
     est, now = run([[(8192, 1024)] * 600])
     points = [(0.3, 900.0), (0.5, 1000.0), (0.9, 1200.0), (1.5, 1400.0), (3.0, 1100.0)]
 
-    def decide(matches, saturation):
+    def decide(matches, saturation, live_failure=0.6):
         picture = picture_of(est, now)
         picture.summary.state_pool_saturation_ratio = saturation
         picture.summary.kv_blocked_ratio = 0.0
         picture.summary.retractions_per_second = 0.0
         curve = _curve(points, 1.5, live=0.9, lower=1.4, upper=1.6, prior=1.7)
-        queueing = [replace(p, state_bound_fraction=0.6) if p.ratio == 0.9 else p for p in curve.points]
+        queueing = [replace(p, state_bound_fraction=live_failure) if p.ratio == 0.9 else p for p in curve.points]
         picture.replay = replace(curve, points=queueing, live_running_shown=5.0, live_running_replayed=20.0,
                                  live_running_matches=matches)
         return recommend(model(strategy="extra_buffer_lazy", mamba_full_memory_ratio=0.9), picture,
@@ -308,3 +314,39 @@ def test_a_replay_the_server_contradicts_at_its_own_ratio_is_not_acted_on():
     assert decide(True, 0.0).decision == "raise_ratio"  # the replay runs the server's batch: trusted
     assert decide(None, 0.0).decision == "raise_ratio"  # nothing to check it by
     assert decide(False, 0.3).decision == "raise_ratio"  # the server did queue on its clamp
+    # the replay's live point need not fail a pool itself: another batch puts its cliffs elsewhere too
+    assert decide(False, 0.0, live_failure=0.05).decision == "hold"
+
+
+def test_a_move_advised_before_stands_against_a_replay_the_server_contradicts():
+    """A trusted replay advised raising r to 1.6; the next replay runs four times the server's batch at the live
+    r, where the server served with neither pool failing. That picture says nothing against the advised move,
+    so the move stands, its ratio, band and gain as advised; a hold before stays a hold, and a raise advised
+    for a ratio the live one has since passed is not kept."""
+    from dataclasses import replace
+
+    est, now = run([[(8192, 1024)] * 600])
+    points = [(0.3, 900.0), (0.5, 1000.0), (0.9, 1200.0), (1.5, 1400.0), (3.0, 1100.0)]
+
+    def decide(previous, live=0.9):
+        picture = picture_of(est, now)
+        picture.summary.state_pool_saturation_ratio = 0.0
+        picture.summary.kv_blocked_ratio = 0.0
+        picture.summary.retractions_per_second = 0.0
+        curve = _curve(points, 1.5, live=live, lower=1.4, upper=1.6, prior=1.7)
+        picture.replay = replace(curve, live_running_shown=5.0, live_running_replayed=20.0, live_running_matches=False)
+        return recommend(model(strategy="extra_buffer_lazy", mamba_full_memory_ratio=live), picture,
+                         RecommenderSettings(), previous=previous)
+
+    advised = Recommendation(decision="raise_ratio", reason="", reason_code="state_pool_short", ratio=1.6,
+                             ratio_lower=1.45, ratio_upper=1.8, predicted_goodput_gain_ratio=1.12)
+    kept = decide(advised)
+    assert (kept.decision, kept.reason_code) == ("raise_ratio", "state_pool_short")
+    assert (kept.ratio, kept.ratio_lower, kept.ratio_upper) == (1.6, 1.45, 1.8)
+    assert kept.predicted_goodput_gain_ratio == 1.12
+    assert kept.flag_line is not None and "1.6" in kept.flag_line
+    assert any("advised before stands" in note for note in kept.notes)
+    assert decide(kept).ratio == 1.6  # and the cycle after it, on the same replay
+    assert decide(Recommendation(decision="hold", reason="", ratio=0.9, ratio_lower=0.8, ratio_upper=1.0)).decision == "hold"
+    assert decide(None).decision == "hold"
+    assert decide(advised, live=3.0).decision != "raise_ratio"  # the live r is past the advised one: nothing kept
