@@ -7,7 +7,9 @@ queued within a bound): a state-bound split pays for the queue it builds, a KV-b
 requeues, and near capacity, where the SLO figure flips with the realisation of the arrivals, the raw half keeps
 the score steady. Where the curve is flat within the replay's noise, the choice is the plateau's geometric
 middle: the ratio furthest, in log r, from where the curve was seen to fall on either side (or from the ends of
-what was tried), never the plateau's lowest or highest ratio. The candidates are centred on the prior r*, so a
+what was tried), never the plateau's lowest or highest ratio. A plateau end with nothing tried within half a
+step outside it is probed half a step further first, so that the middle is not that of a grid centred on a
+prior far off the plateau. The candidates are centred on the prior r*, so a
 curve flat over all of them returns r* itself. The replayed window is one realisation of the traffic, and the
 next one's plateau sits elsewhere within it (a short window holds fewer of the bursts that end it): the middle
 is as far as the replay can see from both cliffs.
@@ -270,6 +272,18 @@ def _interpolated(scores: dict[float, float], ratio: float) -> float:
     return float(np.interp(math.log(ratio), [math.log(r) for r in ratios], [scores[r] for r in ratios]))
 
 
+def _open_ends(tried: list[float], plateau: list[float], half_step: float) -> list[float]:
+    """Half a step outside each end of `plateau` (a run of `tried`, sorted) where nothing was tried that close."""
+    low, high = tried.index(plateau[0]), tried.index(plateau[-1])
+    slack = 1.01  # a refined point is half a step out, give or take rounding
+    probes = []
+    if low == 0 or plateau[0] / tried[low - 1] > half_step * slack:
+        probes.append(plateau[0] / half_step)
+    if high == len(tried) - 1 or tried[high + 1] / plateau[-1] > half_step * slack:
+        probes.append(plateau[-1] * half_step)
+    return probes
+
+
 def replay_curve(
     server: SchedulerServerConfig,
     picture: TrafficPicture,
@@ -328,6 +342,13 @@ def replay_curve(
         if not closer:
             break
         results.update(zip(closer, run_many(server, picture, closer, settings), strict=True))
+    # A plateau end with no tried ratio within half a step outside it (the plateau reached the refined point, or
+    # the next one tried is the live ratio far off): where the curve falls on that side is unknown, and the
+    # middle would be the middle of what was tried. Probe once more, half a step out.
+    _, plateau = plateau_of(sorted(results))
+    probes = [r for r in _open_ends(sorted(results), plateau, math.sqrt(step))
+              if r not in results and min(ratios) / step ** 2 <= r <= max(ratios) * step ** 2]
+    results.update(zip(probes, run_many(server, picture, probes, settings), strict=True))
     candidates = sorted(results)  # the live ratio too: where it is as good as the best, the operator holds
     best, plateau = plateau_of(candidates)
     chosen = math.sqrt(plateau[0] * plateau[-1])

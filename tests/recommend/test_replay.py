@@ -42,15 +42,16 @@ def test_near_capacity_the_replay_leaves_the_state_bound_default_for_a_ratio_tha
 
 
 def test_where_every_ratio_serves_the_traffic_the_plateaus_middle_decides_not_the_grid_end():
-    """Underload: every candidate and the live ratio below them serve alike. The choice is the plateau's
-    geometric middle, near the prior the candidates are centred on, far from the lowest ratio tried."""
+    """Underload: every candidate and the live ratio below them serve alike (and half a step below the live
+    ratio, probed since nothing was tried near it). The choice is the plateau's geometric middle, near the prior
+    the candidates are centred on, far from the lowest ratio tried."""
     server = load_server_config("default")
     workload = workload_from_dict(_chat(0.3))  # underload: every split serves everything at once
     picture = TrafficPicture(workload.requests(2, 900), 900.0, "test")
     prior = 4.0
     curve = replay_curve(server, picture, prior_ratio=prior, live_ratio=0.9)
     assert curve is not None and curve.flat
-    assert curve.width_lower == pytest.approx(0.9) and curve.width_upper > 3 * prior
+    assert curve.width_lower < 0.9 and curve.width_upper > 3 * prior
     assert curve.chosen_ratio == pytest.approx(math.sqrt(curve.width_lower * curve.width_upper))
     assert prior / 1.25 < curve.chosen_ratio <= prior
     assert curve.gain == pytest.approx(1.0, abs=0.02)
@@ -92,6 +93,23 @@ def test_on_a_plateau_the_middle_is_chosen_never_an_end(lower, upper, prior, cho
     assert curve is not None and curve.flat
     assert curve.chosen_ratio == pytest.approx(chosen)
     assert curve.width_lower < curve.chosen_ratio < curve.width_upper
+
+
+def test_a_plateau_end_with_nothing_tried_near_it_is_probed_before_the_middle_is_taken():
+    """The prior (8) sits far above a plateau of 1.4..3 and the live ratio 0.9 below it: the grid and its
+    refinement find the plateau at 2.03..2.67, with nothing tried between 0.9 and 2.03. Half a step below, 1.54
+    is still on it, and the middle moves from 2.33 to 2.03, next to the true plateau's (2.05)."""
+    server = load_server_config("default")
+    picture = TrafficPicture([RequestSpec(float(t), 100, 10, 100) for t in range(200)], 200.0, "test")
+    curve = replay_curve(server, picture, prior_ratio=8.0, live_ratio=0.9, run_many=_plateau_between(1.4, 3.0))
+    assert curve is not None and curve.flat
+    half_step = 3.0 ** 0.25
+    refined = 8.0 / 3.0 / half_step
+    assert curve.width_lower == pytest.approx(refined / half_step)
+    assert curve.width_upper == pytest.approx(8.0 / 3.0)
+    true_middle = math.sqrt(1.4 * 3.0)
+    assert abs(math.log(curve.chosen_ratio / true_middle)) < 0.02
+    assert abs(math.log(math.sqrt(refined * 8.0 / 3.0) / true_middle)) > 0.1  # the middle of what the grid tried
 
 
 def test_a_sharp_optimum_is_bracketed_closer_than_the_grid():
