@@ -9,8 +9,8 @@ the score steady. Where the curve is flat within the replay's noise, the choice 
 middle: the ratio furthest, in log r, from where the curve was seen to fall on either side (or from the ends of
 what was tried), never the plateau's lowest or highest ratio. A plateau end with nothing tried within half a
 step outside it is probed half a step further first, so that the middle is not that of a grid centred on a
-prior far off the plateau. The candidates are centred on the prior r*, so a
-curve flat over all of them returns r* itself. The replayed window is one realisation of the traffic, and the
+prior far off the plateau. The candidates are centred on the prior r*, so a curve flat over all of them returns
+r* itself. The replayed window is one realisation of the traffic, and the
 next one's plateau sits elsewhere within it (a short window holds fewer of the bursts that end it): the middle
 is as far as the replay can see from both cliffs.
 
