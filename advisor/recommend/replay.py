@@ -10,7 +10,8 @@ middle: the ratio furthest, in log r, from where the curve was seen to fall on e
 what was tried), never the plateau's lowest or highest ratio. A plateau end with nothing tried within half a
 step outside it is probed half a step further first, so that the middle is not that of a grid centred on a
 prior far off the plateau. The candidates are centred on the prior r*, so a curve flat over all of them returns
-r* itself. The replayed window is one realisation of the traffic, and the
+r* itself. The live ratio's worst score within the cliff margins is measured too, never extrapolated: where
+the live ratio is the lowest or highest tried, the margin's end is run. The replayed window is one realisation of the traffic, and the
 next one's plateau sits elsewhere within it (a short window holds fewer of the bursts that end it): the middle
 is as far as the replay can see from both cliffs.
 
@@ -348,6 +349,13 @@ def replay_curve(
     _, plateau = plateau_of(sorted(results))
     probes = [r for r in _open_ends(sorted(results), plateau, math.sqrt(step))
               if r not in results and min(ratios) / step ** 2 <= r <= max(ratios) * step ** 2]
+    if live_ratio is not None and live_ratio > 0:
+        # The worst score within the keep margin of the live ratio is measured, never extrapolated from the last
+        # ratio tried: a live ratio at the edge of what was tried would otherwise look safe from a cliff just past it
+        # in one replay and not in the next.
+        tried_low, tried_high = min([*results, *probes]), max([*results, *probes])
+        probes += [r for r in (live_ratio / settings.cliff_keep_margin, live_ratio * settings.cliff_keep_margin)
+                   if not tried_low <= r <= tried_high]
     results.update(zip(probes, run_many(server, picture, probes, settings), strict=True))
     candidates = sorted(results)  # the live ratio too: where it is as good as the best, the operator holds
     best, plateau = plateau_of(candidates)

@@ -112,6 +112,29 @@ def test_a_plateau_end_with_nothing_tried_near_it_is_probed_before_the_middle_is
     assert abs(math.log(math.sqrt(refined * 8.0 / 3.0) / true_middle)) > 0.1  # the middle of what the grid tried
 
 
+def test_the_live_ratios_cliff_margin_is_measured_not_extrapolated_from_the_last_ratio_tried():
+    """The live 0.9 is the lowest ratio tried and scores just under the plateau, and the curve halves below 0.75.
+    Nothing else is tried below 0.9, so without a probe the worst score within the margin below it would be its
+    own; the replay runs 0.9 / 1.4 and sees the cliff the live ratio sits next to."""
+    from dataclasses import replace as dc_replace
+
+    server = load_server_config("default")
+    picture = TrafficPicture([RequestSpec(float(t), 100, 10, 100) for t in range(200)], 200.0, "test")
+    template = simulate(server.with_ratio(1.0), workload_from_dict(_chat(0.3)), duration=60.0)
+
+    def cliff_below(_server, _picture, ratios, _settings):
+        def slo(r):
+            return 1000.0 if r >= 1.0 else (990.0 if r >= 0.75 else 500.0)
+        return [dc_replace(template, ratio=r, completed_requests=5000, goodput_tokens_per_second=slo(r),
+                           slo_goodput_tokens_per_second=slo(r)) for r in ratios]
+
+    curve = replay_curve(server, picture, prior_ratio=4.0, live_ratio=0.9, run_many=cliff_below)
+    assert curve is not None
+    assert min(p.ratio for p in curve.points) == pytest.approx(0.9 / ReplaySettings().cliff_keep_margin)
+    assert curve.gain == pytest.approx(1000.0 / 990.0)  # on the observed traffic, next to nothing to gain
+    assert curve.robust_gain is not None and curve.robust_gain > 1.3  # the cliff within the margin is seen
+
+
 def test_a_sharp_optimum_is_bracketed_closer_than_the_grid():
     """A knife-edge curve (SLO goodput near a cliff on both sides, peak at 1.5) around a prior of 1.64: the grid
     and its refinement leave one best candidate; bracketing it at a quarter, then an eighth of the step lands
