@@ -332,30 +332,15 @@ def _recommend(
     if lever:
         notes.insert(0, lever)
 
-    gain: float | None
-    balanced_gain: float | None
     if kept is not None:
-        gain, balanced_gain, min_gain = None, None, settings.min_goodput_gain  # decided when it was advised
-    elif replay is not None and replay.gain is not None:
-        # The plain gain on the observed traffic, or the margin-robust one for a live ratio next to a cliff.
-        gain = max(g for g in (replay.gain, replay.robust_gain) if g is not None)
-        balanced_gain, min_gain = None, settings.min_goodput_gain
-        # Hysteresis: a move already advised in this direction stands until its gain falls below a third of the
-        # bar, so a gain hovering at the threshold does not flip the decision every replay; and a move advised
-        # for a cliff stands while the cliff stays within the replay's wider keep margin.
-        direction = "raise_ratio" if live_ratio is not None and target > live_ratio else "lower_ratio"
-        if previous is not None and previous.decision == direction:
-            min_gain = settings.min_goodput_gain * settings.keep_gain_share
-            gain = max(g for g in (gain, replay.keep_robust_gain) if g is not None)
+        decision = Decision(kept.decision, kept.reason_code)  # decided when it was advised
     else:
-        gain = outcomes.gain if outcomes else None
-        balanced_gain = outcomes.balanced_gain if outcomes else None
-        min_gain = settings.min_gain
-    decision = Decision(kept.decision, kept.reason_code) if kept is not None else decide(
-        target_ratio=target, ratio_lower=rec.ratio_lower, ratio_upper=rec.ratio_upper, live_ratio=live_ratio,
-        live_pin=serving.max_mamba_cache_size, pin=outcomes.pin if outcomes else None,
-        gain=gain, balanced_gain=balanced_gain, min_gain=min_gain,
-    )
+        gain, balanced_gain, min_gain = _gain_bar(replay, outcomes, settings, previous, target, live_ratio)
+        decision = decide(
+            target_ratio=target, ratio_lower=rec.ratio_lower, ratio_upper=rec.ratio_upper, live_ratio=live_ratio,
+            live_pin=serving.max_mamba_cache_size, pin=outcomes.pin if outcomes else None,
+            gain=gain, balanced_gain=balanced_gain, min_gain=min_gain,
+        )
     rec.decision, rec.reason_code = decision.decision, decision.reason_code
     robust_gain = replay.robust_gain if replay is not None else None
     if (decision.decision in ("raise_ratio", "lower_ratio") and replay is not None and robust_gain
@@ -369,6 +354,26 @@ def _recommend(
     rec.flag_line = flag_line(target, pin, mfs)
     rec.notes = notes
     return rec
+
+
+def _gain_bar(replay: ReplayCurve | None, outcomes: PoolOutcomes | None, settings: RecommenderSettings,
+              previous: Recommendation | None, target: float, live_ratio: float | None,
+              ) -> tuple[float | None, float | None, float]:
+    """(the gain of moving, the balanced split's gain, the bar it must pass) for `decide`."""
+    if replay is not None and replay.gain is not None:
+        # The plain gain on the observed traffic, or the margin-robust one for a live ratio next to a cliff.
+        gain = max(g for g in (replay.gain, replay.robust_gain) if g is not None)
+        # Hysteresis: a move already advised in this direction stands until its gain falls below a third of the
+        # bar, so a gain hovering at the threshold does not flip the decision every replay; and a move advised
+        # for a cliff stands while the cliff stays within the replay's wider keep margin.
+        direction = "raise_ratio" if live_ratio is not None and target > live_ratio else "lower_ratio"
+        if previous is not None and previous.decision == direction:
+            gain = max(g for g in (gain, replay.keep_robust_gain) if g is not None)
+            return gain, None, settings.min_goodput_gain * settings.keep_gain_share
+        return gain, None, settings.min_goodput_gain
+    if outcomes is None:
+        return None, None, settings.min_gain
+    return outcomes.gain, outcomes.balanced_gain, settings.min_gain
 
 
 # The hold band around a live ratio kept against a contradicted replay (the replay's own min_move).
