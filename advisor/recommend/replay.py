@@ -11,9 +11,9 @@ what was tried), never the plateau's lowest or highest ratio. A plateau end with
 step outside it is probed half a step further first, so that the middle is not that of a grid centred on a
 prior far off the plateau. The candidates are centred on the prior r*, so a curve flat over all of them returns
 r* itself. The live ratio's worst score within the cliff margins is measured too, never extrapolated: where
-the live ratio is the lowest or highest tried, the margin's end is run. The replayed window is one realisation of the traffic, and the
-next one's plateau sits elsewhere within it (a short window holds fewer of the bursts that end it): the middle
-is as far as the replay can see from both cliffs.
+the live ratio is the lowest or highest tried, the margin's end is run. The replayed window is one realisation
+of the traffic, and the next one's plateau sits elsewhere within it (a short window holds fewer of the bursts
+that end it): the middle is as far as the replay can see from both cliffs.
 
 The live ratio runs first, as a check of the picture against the server: a metrics-only picture whose running
 batch there is not as long as the server showed has its outputs paired again (`calibrated_picture`), and the
@@ -346,8 +346,9 @@ def replay_curve(
     # A plateau end with no tried ratio within half a step outside it (the plateau reached the refined point, or
     # the next one tried is the live ratio far off): where the curve falls on that side is unknown, and the
     # middle would be the middle of what was tried. Probe once more, half a step out.
-    _, plateau = plateau_of(sorted(results))
-    probes = [r for r in _open_ends(sorted(results), plateau, math.sqrt(step))
+    tried = sorted(results)
+    _, plateau = plateau_of(tried)
+    probes = [r for r in _open_ends(tried, plateau, math.sqrt(step))
               if r not in results and min(ratios) / step ** 2 <= r <= max(ratios) * step ** 2]
     if live_ratio is not None and live_ratio > 0:
         # The worst score within the keep margin of the live ratio is measured, never extrapolated from the last

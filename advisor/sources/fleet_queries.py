@@ -431,13 +431,6 @@ def server_info_from_gauges(
     return ServerInfo(serving=filled, version=None, model_name=observation.model_name, shards=shards)
 
 
-__all__ = [
-    "DEFAULT_SERVER_LABELS", "HISTOGRAM_FAMILIES", "PHASE_FAMILIES", "RANK_FAMILIES", "TOKENIZER_COUNTERS",
-    "HASHMOD_SEPARATOR", "FleetFrame", "FleetQuery", "fleet_queries", "observation_of", "replay_step",
-    "server_info_from_gauges", "shard_of",
-]
-
-
 def _place(per_time: dict[float, Any], t: float, value: float, where: tuple[int, Any, Any, bool, str | None]) -> None:
     """One resolved point into its server's sample at `t` (both the range and the text-scanned instant paths)."""
     index, outer, inner, accumulate, model_name = where
@@ -454,3 +447,11 @@ def _place(per_time: dict[float, Any], t: float, value: float, where: tuple[int,
         found[outer] = value
     if model_name and sample.model_name is None:
         sample.model_name = model_name
+
+
+__all__ = [
+    "DEFAULT_SERVER_LABELS", "HISTOGRAM_FAMILIES", "PHASE_FAMILIES", "RANK_FAMILIES", "TOKENIZER_COUNTERS",
+    "HASHMOD_SEPARATOR", "FleetFrame", "FleetQuery", "fleet_queries", "observation_of", "replay_step",
+    "server_info_from_gauges", "shard_of",
+]
+
