@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
             elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu_started
             if curve is None:
                 break
-            cells += f" {elapsed:8.2f} {elapsed / len(curve.points):6.3f}" + (f" {cpu:6.2f}" if count == 1 else "")
+            cells += f" {elapsed:8.2f} {elapsed / curve.runs:6.3f}" + (f" {cpu:6.2f}" if count == 1 else "")
         if curve is None:
             print(f"{name:22s} {len(requests):8d}  (too few requests to replay)")
             continue
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
             calibrated = replay_curve(server, shown, prior_ratio=prior, live_ratio=0.9)
             rounds = calibrated.calibration_rounds if calibrated else 0
             cells += f" {time.perf_counter() - started:7.2f} {rounds:5d}"
-        print(f"{name:22s} {len(requests):8d} {len(picture.requests):8d} {len(curve.points):4d}{cells}  "
+        print(f"{name:22s} {len(requests):8d} {len(picture.requests):8d} {curve.runs:4d}{cells}  "
               f"{curve.chosen_ratio:.3g} ({prior:.3g})", flush=True)
     replay_pool.shutdown()
     return 0

@@ -343,11 +343,17 @@ def _recommend(
         )
     rec.decision, rec.reason_code = decision.decision, decision.reason_code
     robust_gain = replay.robust_gain if replay is not None else None
-    if (decision.decision in ("raise_ratio", "lower_ratio") and replay is not None and robust_gain
-            and robust_gain > (replay.gain or 0)):
+    headroom_gain = replay.headroom_gain if replay is not None else None
+    moves = decision.decision in ("raise_ratio", "lower_ratio") and kept is None
+    if moves and replay is not None and robust_gain and robust_gain > (replay.gain or 0):
         notes.append(
             f"the live r {live_ratio:.3g} sits close to where the replayed goodput falls off: r {target:.3g} gains "
             f"{(robust_gain - 1) * 100:+.1f}% in the worst case within the replay's margin"
+        )
+    if moves and replay is not None and headroom_gain and headroom_gain > max(replay.gain or 0, robust_gain or 0):
+        notes.append(
+            f"the live r {live_ratio:.3g} only just serves the observed traffic: with it {replay.headroom:.3g}x "
+            f"heavier, r {target:.3g} gains {(headroom_gain - 1) * 100:+.1f}%"
         )
     rec.reason = _reason(rec, summary, serving, constants, context, r_center, bias, factor, spikiness, nudge, settings)
     pin = rec.recommended_max_mamba_cache_size
@@ -361,8 +367,9 @@ def _gain_bar(replay: ReplayCurve | None, outcomes: PoolOutcomes | None, setting
               ) -> tuple[float | None, float | None, float]:
     """(the gain of moving, the balanced split's gain, the bar it must pass) for `decide`."""
     if replay is not None and replay.gain is not None:
-        # The plain gain on the observed traffic, or the margin-robust one for a live ratio next to a cliff.
-        gain = max(g for g in (replay.gain, replay.robust_gain) if g is not None)
+        # The plain gain on the observed traffic, the margin-robust one for a live ratio next to a cliff, or the one
+        # on heavier traffic for a live ratio that only just serves the observed draw.
+        gain = max(g for g in (replay.gain, replay.robust_gain, replay.headroom_gain) if g is not None)
         # Hysteresis: a move already advised in this direction stands until its gain falls below a third of the
         # bar, so a gain hovering at the threshold does not flip the decision every replay; and a move advised
         # for a cliff stands while the cliff stays within the replay's wider keep margin.

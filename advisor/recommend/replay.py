@@ -64,16 +64,23 @@ class ReplaySettings:
     # factor of the shown ones (a replay that queues where the server did not, or the other way round, holds
     # other requests in its batch, and their length says nothing of the pairing).
     calibration_running_factor: float = 1.3
+    # The window is one draw of the traffic, and a live ratio that draw happened to spare can fall on the next,
+    # whose peak holds a few more long prompts. Where holding looks free (the plain and cliff-robust gains under
+    # headroom_below_gain, the recommender's restart bar), the live and chosen ratios are replayed once more on
+    # the window's traffic `headroom` times heavier (its arrivals closer together by that factor): a live ratio
+    # that only just serves this draw loses there, while a plateau wide enough to hold it does not.
+    headroom: float = 1.1
+    headroom_below_gain: float = 1.03
 
     def __post_init__(self) -> None:
         if (not self.span > 1 or self.points < 3 or not 0 <= self.warmup_fraction < 1 or self.edge_margin < 1
                 or self.min_move < 1 or self.cliff_margin < 1 or self.cliff_keep_margin < self.cliff_margin
                 or self.sharp_refinements < 0 or not self.calibration_tolerance > 0 or self.calibration_rounds < 0
-                or self.calibration_running_factor < 1):
+                or self.calibration_running_factor < 1 or self.headroom < 1):
             raise ValueError("replay: span must be > 1, points >= 3, warmup_fraction in [0, 1), edge_margin, "
                              "min_move and cliff_margin >= 1, cliff_keep_margin >= cliff_margin, "
                              "sharp_refinements >= 0, calibration_tolerance > 0, calibration_rounds >= 0, "
-                             "calibration_running_factor >= 1")
+                             "calibration_running_factor >= 1, headroom >= 1")
 
 
 @dataclass(frozen=True)
@@ -127,6 +134,15 @@ class ReplayCurve:
     live_running_replayed: float | None = None
     live_running_matches: bool | None = None  # within calibration_running_factor of each other
     calibration_rounds: int = 0  # re-pairings, each one more run at the live ratio
+    # The chosen ratio's score over the live one's on the traffic `headroom` times heavier (None where not run: no
+    # live ratio, one within min_move of the chosen, or a gain on the observed traffic already worth a restart).
+    headroom_gain: float | None = None
+    headroom: float = 1.0
+
+    @property
+    def runs(self) -> int:
+        """Runs of the scheduler model the replay took: its curve, the re-pairings, the heavier traffic's two."""
+        return len(self.points) + self.calibration_rounds + (2 if self.headroom_gain is not None else 0)
 
     @property
     def gain(self) -> float | None:
@@ -316,11 +332,14 @@ def replay_curve(
     def score(r: float) -> float:
         return _score(results[r])
 
+    def tolerance_of(best: float) -> float:
+        """The share of the best score within which another is as good: the plateau's, and the replay's noise."""
+        return max(settings.flat_tolerance, 0.25 / math.sqrt(max(1, results[best].completed_requests)))
+
     def plateau_of(candidates: list[float]) -> tuple[float, list[float]]:
         """(the best candidate, the contiguous run of candidates around it within the replay's noise of it)."""
         best = max(candidates, key=score)
-        tolerance = max(settings.flat_tolerance, 0.25 / math.sqrt(max(1, results[best].completed_requests)))
-        floor = score(best) * (1.0 - tolerance)
+        floor = score(best) * (1.0 - tolerance_of(best))
         low = high = candidates.index(best)
         while low > 0 and score(candidates[low - 1]) >= floor:
             low -= 1
@@ -370,6 +389,21 @@ def replay_curve(
     def robust(r: float, margin: float = settings.cliff_margin) -> float:
         return min(_interpolated(scores, r / margin), _interpolated(scores, r), _interpolated(scores, r * margin))
 
+    headroom_gain = None
+    if (live_ratio is not None and live_ratio > 0 and settings.headroom > 1
+            and abs(math.log(chosen / live_ratio)) > math.log(settings.min_move)):
+        plain = _gain(chosen_goodput, scores[live_ratio])
+        robust_plain = _gain(robust(chosen), robust(live_ratio))
+        if max(g or 0.0 for g in (plain, robust_plain)) < settings.headroom_below_gain:
+            at_live, at_chosen = run_many(server, heavier(picture, settings.headroom), [live_ratio, chosen], settings)
+            headroom_gain = _gain(_score(at_chosen), _score(at_live))
+            if headroom_gain is not None and headroom_gain > 1.0 + tolerance_of(best):
+                # The live ratio only just serves this draw: it is off the plateau the traffic, not the draw, has.
+                if live_ratio < chosen:
+                    hold_lower = max(hold_lower, math.sqrt(live_ratio * chosen))
+                else:
+                    hold_upper = min(hold_upper, math.sqrt(live_ratio * chosen))
+
     points = [
         CurvePoint(
             ratio=r, goodput=scores[r], slo_goodput=res.slo_goodput_tokens_per_second,
@@ -398,5 +432,12 @@ def replay_curve(
         live_running_replayed=calibration.replayed_running if calibration else None,
         live_running_matches=calibration.running_matches(settings) if calibration else None,
         calibration_rounds=calibration.rounds if calibration else 0,
+        headroom_gain=headroom_gain, headroom=settings.headroom if headroom_gain is not None else 1.0,
     )
 
+
+def heavier(picture: TrafficPicture, factor: float) -> TrafficPicture:
+    """The window's traffic `factor` times heavier: the same requests, their arrivals (and a conversation's turns)
+    closer together by that factor, over a window as much shorter."""
+    return replace(picture, requests=[replace(request, time=request.time / factor) for request in picture.requests],
+                   window_seconds=picture.window_seconds / factor)

@@ -273,6 +273,29 @@ def test_a_move_advised_for_a_cliff_stands_while_the_cliff_stays_within_the_wide
     assert decide("lower_ratio") == "hold"
 
 
+def test_a_live_ratio_that_loses_on_heavier_traffic_moves_though_the_observed_draw_spared_it():
+    """The replayed curve is flat from 0.6 (the live 0.9 scores the best), but on the traffic 10% heavier the
+    chosen 1.5 gains 6% over it: the move is worth a restart and says why; a 2% gain there is not."""
+    from dataclasses import replace
+
+    est, now = run([[(8192, 1024)] * 600])
+    points = [(0.5, 600.0), (0.6, 1000.0), (0.9, 1000.0), (1.5, 1000.0), (2.5, 1000.0), (4.0, 990.0)]
+
+    def decide(headroom_gain):
+        picture = picture_of(est, now)
+        curve = _curve(points, 1.5, live=0.9, lower=0.6, upper=4.0, prior=1.5, margin=1.5)
+        picture.replay = replace(curve, hold_lower=1.2, headroom_gain=headroom_gain, headroom=1.1)
+        return recommend(model(strategy="extra_buffer_lazy", mamba_full_memory_ratio=0.9), picture,
+                         RecommenderSettings())
+
+    moved = decide(1.06)
+    assert (moved.decision, moved.reason_code) == ("raise_ratio", "state_pool_short")
+    assert any("only just serves the observed traffic" in note and "+6.0%" in note for note in moved.notes)
+    assert moved.predicted_goodput_gain_ratio == pytest.approx(1.0)  # on the observed traffic, as replayed
+    assert (decide(1.02).decision, decide(1.02).reason_code) == ("hold", "gain_below_threshold")
+    assert decide(None).decision == "hold"
+
+
 def test_while_the_replay_warms_up_the_advisor_waits_instead_of_deciding_on_the_prior():
     est, now = run([[(8192, 1024)] * 600])
     picture = picture_of(est, now)

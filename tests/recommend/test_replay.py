@@ -135,6 +135,59 @@ def test_the_live_ratios_cliff_margin_is_measured_not_extrapolated_from_the_last
     assert curve.robust_gain is not None and curve.robust_gain > 1.3  # the cliff within the margin is seen
 
 
+def _cliff_under_load(window: float, cliff: float):
+    """A stand-in whose goodput is flat from 0.6 up on the observed window, while on a heavier one (a shorter
+    window) it halves below `cliff`: a live ratio just above 0.6 only serves the draw it saw."""
+    from dataclasses import replace as dc_replace
+
+    template = simulate(load_server_config("default").with_ratio(1.0), workload_from_dict(_chat(0.3)), duration=60.0)
+    runs: list[tuple[float, float]] = []
+
+    def run_many(_server, picture, ratios, _settings):
+        runs.extend((picture.window_seconds, r) for r in ratios)
+        heavier = picture.window_seconds < window
+
+        def slo(r):
+            return 500.0 if r < 0.6 or (heavier and r < cliff) else 1000.0
+        return [dc_replace(template, ratio=r, completed_requests=5000, goodput_tokens_per_second=slo(r),
+                           slo_goodput_tokens_per_second=slo(r)) for r in ratios]
+    return run_many, runs
+
+
+def test_a_live_ratio_that_only_just_serves_the_observed_draw_is_replayed_on_heavier_traffic():
+    """Holding looks free (the live 0.9 is on the plateau, 1.5x above its end), so the live and chosen ratios are
+    replayed once more on the window 10% heavier, where everything under 1.2 halves: the live ratio loses there,
+    and the hold band no longer holds it. Where the heavier traffic does not tell them apart, the band stands."""
+    server = load_server_config("default")
+    picture = TrafficPicture([RequestSpec(float(t), 100, 10, 100) for t in range(200)], 200.0, "test")
+    settings = ReplaySettings()
+    run_many, runs = _cliff_under_load(200.0, 1.2)
+    curve = replay_curve(server, picture, prior_ratio=2.0, live_ratio=0.9, run_many=run_many)
+    assert curve is not None and curve.gain == pytest.approx(1.0)
+    heavier = sorted(r for window, r in runs if window < 200.0)
+    assert heavier == pytest.approx(sorted([0.9, curve.chosen_ratio]))  # two runs, on the window 1.1x heavier
+    assert [window for window, _ in runs if window < 200.0] == pytest.approx([200.0 / settings.headroom] * 2)
+    assert curve.headroom_gain == pytest.approx(2.0) and curve.headroom == settings.headroom
+    assert curve.runs == len(curve.points) + 2
+    run_many, _ = _cliff_under_load(200.0, 1.2)
+    unloaded = replay_curve(server, picture, prior_ratio=2.0, live_ratio=0.9, run_many=run_many,
+                            settings=ReplaySettings(headroom=1.0))
+    assert unloaded is not None and unloaded.headroom_gain is None
+    # the band moves up to halfway (in log r) between the live and the chosen ratio
+    assert curve.hold_lower == pytest.approx(math.sqrt(0.9 * curve.chosen_ratio))
+    assert curve.hold_lower > unloaded.hold_lower
+    # a cliff under load that spares the live ratio too: the band stands as it was
+    run_many, runs = _cliff_under_load(200.0, 0.85)
+    calm = replay_curve(server, picture, prior_ratio=2.0, live_ratio=0.9, run_many=run_many)
+    assert calm is not None and calm.headroom_gain == pytest.approx(1.0)
+    assert calm.hold_lower == pytest.approx(unloaded.hold_lower)
+    # a move worth a restart on the observed traffic already: no heavier replay
+    run_many, runs = _cliff_under_load(200.0, 1.2)
+    worth = replay_curve(server, picture, prior_ratio=2.0, live_ratio=0.5, run_many=run_many)
+    assert worth is not None and worth.gain is not None and worth.gain > 1.5
+    assert worth.headroom_gain is None and all(window == 200.0 for window, _ in runs)
+
+
 def test_a_sharp_optimum_is_bracketed_closer_than_the_grid():
     """A knife-edge curve (SLO goodput near a cliff on both sides, peak at 1.5) around a prior of 1.64: the grid
     and its refinement leave one best candidate; bracketing it at a quarter, then an eighth of the step lands
