@@ -301,6 +301,24 @@ def _recommend(
                 rec.ratio_upper = max(replay.hold_upper, live_ratio * CONTRADICTED_HOLD_FACTOR)
                 notes.append(f"{contradiction}, and the live r, which served it, stands")
             factor = target / r_center
+        elif live_ratio is not None and _would_hold(replay, settings, previous, live_ratio):
+            # A move advised before stands while its target still scores on the replayed plateau (within twice
+            # the replay's noise of the best): each replay's draw moves the plateau and its middle, and a live
+            # ratio near the hold band's edge would otherwise see the same move advised, dropped and advised again.
+            kept = kept_move(previous, live_ratio)
+            best = max(point.goodput for point in replay.points)
+            floor = best * (1.0 - KEEP_PLATEAU_NOISE_FACTOR * replay.plateau_tolerance)
+            if kept is not None and replay.goodput_at(kept.ratio) >= floor:
+                target = kept.ratio
+                rec.predicted_goodput_gain_ratio = _gain_of(replay, kept.ratio)
+                rec.ratio_lower, rec.ratio_upper = kept.ratio_lower, kept.ratio_upper
+                factor = target / r_center
+                notes.append(
+                    f"the move to r {target:.3g} advised before stands: the replayed goodput there is still within "
+                    f"its noise of the best (plateau r {replay.width_lower:.3g}-{replay.width_upper:.3g})"
+                )
+            else:
+                kept = None
     else:
         rec.ratio_lower = target * math.exp(-band)
         rec.ratio_upper = target * math.exp(band)
@@ -383,6 +401,25 @@ def _gain_bar(replay: ReplayCurve | None, outcomes: PoolOutcomes | None, setting
     return outcomes.gain, outcomes.balanced_gain, settings.min_gain
 
 
+def _would_hold(replay: ReplayCurve, settings: RecommenderSettings, previous: Recommendation | None,
+                live_ratio: float) -> bool:
+    """The replay alone would hold: the live ratio inside its hold band, or moving gains under the bar."""
+    if replay.hold_lower <= live_ratio <= replay.hold_upper:
+        return True
+    gain, _, bar = _gain_bar(replay, None, settings, previous, replay.chosen_ratio, live_ratio)
+    return gain is not None and gain < 1.0 + bar
+
+
+def _gain_of(replay: ReplayCurve, ratio: float) -> float | None:
+    """The replayed goodput at `ratio` (interpolated in log r) over the live ratio's."""
+    if not replay.live_goodput or not replay.points:
+        return None
+    return replay.goodput_at(ratio) / replay.live_goodput
+
+
+# A move advised before stands while its target scores within this many times the replay's plateau tolerance of
+# the best.
+KEEP_PLATEAU_NOISE_FACTOR = 2.0
 # The hold band around a live ratio kept against a contradicted replay (the replay's own min_move).
 CONTRADICTED_HOLD_FACTOR = 1.1
 

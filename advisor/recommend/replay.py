@@ -134,10 +134,16 @@ class ReplayCurve:
     live_running_replayed: float | None = None
     live_running_matches: bool | None = None  # within calibration_running_factor of each other
     calibration_rounds: int = 0  # re-pairings, each one more run at the live ratio
+    # The share of the best score within which the plateau's ratios score (flat_tolerance or the replay's noise).
+    plateau_tolerance: float = 0.0075
     # The chosen ratio's score over the live one's on the traffic `headroom` times heavier (None where not run: no
     # live ratio, one within min_move of the chosen, or a gain on the observed traffic already worth a restart).
     headroom_gain: float | None = None
     headroom: float = 1.0
+
+    def goodput_at(self, ratio: float) -> float:
+        """The replayed score at `ratio`, linear in log r between the ratios run (the nearest end's beyond them)."""
+        return _interpolated({point.ratio: point.goodput for point in self.points}, ratio)
 
     @property
     def runs(self) -> int:
@@ -433,6 +439,7 @@ def replay_curve(
         live_running_matches=calibration.running_matches(settings) if calibration else None,
         calibration_rounds=calibration.rounds if calibration else 0,
         headroom_gain=headroom_gain, headroom=settings.headroom if headroom_gain is not None else 1.0,
+        plateau_tolerance=tolerance_of(best),
     )
 
 

@@ -296,6 +296,35 @@ def test_a_live_ratio_that_loses_on_heavier_traffic_moves_though_the_observed_dr
     assert decide(None).decision == "hold"
 
 
+def test_a_move_advised_before_stands_while_its_target_stays_on_the_replayed_plateau():
+    """A raise to 1.5 was advised; this replay's plateau (0.6-2.0) holds the live 0.9 inside its band and its
+    middle moved to 1.1. The raise stands, with its ratio and band, and its gain read off this curve; a target
+    scoring more than twice the replay's noise under the best is dropped, and a hold before stays a hold."""
+    est, now = run([[(8192, 1024)] * 600])
+    # 1.5 scores 1% under the best: off this draw's plateau by its noise (0.75%), within twice it
+    points = [(0.4, 700.0), (0.6, 1000.0), (0.9, 1000.0), (1.1, 1000.0), (1.5, 990.0), (2.0, 1000.0), (3.0, 800.0)]
+
+    def decide(previous):
+        picture = picture_of(est, now)
+        picture.replay = _curve(points, 1.1, live=0.9, lower=0.6, upper=2.0, prior=1.1, margin=1.5)
+        return recommend(model(strategy="extra_buffer_lazy", mamba_full_memory_ratio=0.9), picture,
+                         RecommenderSettings(), previous=previous)
+
+    def raised_to(ratio):
+        return Recommendation(decision="raise_ratio", reason="", reason_code="state_pool_short", ratio=ratio,
+                              ratio_lower=ratio / 1.1, ratio_upper=ratio * 1.1, predicted_goodput_gain_ratio=1.04)
+
+    assert (decide(None).decision, decide(None).reason_code) == ("hold", "inside_bounds")
+    kept = decide(raised_to(1.5))
+    assert (kept.decision, kept.reason_code) == ("raise_ratio", "state_pool_short")
+    assert kept.ratio == pytest.approx(1.5) and (kept.ratio_lower, kept.ratio_upper) == pytest.approx((1.5 / 1.1, 1.65))
+    assert kept.predicted_goodput_gain_ratio == pytest.approx(0.99)  # on this curve
+    assert any("still within its noise of the best" in note for note in kept.notes)
+    assert decide(raised_to(2.5)).decision == "hold"  # off the plateau now
+    assert decide(Recommendation(decision="hold", reason="", ratio=1.5, ratio_lower=1.3,
+                                 ratio_upper=1.7)).decision == "hold"
+
+
 def test_while_the_replay_warms_up_the_advisor_waits_instead_of_deciding_on_the_prior():
     est, now = run([[(8192, 1024)] * 600])
     picture = picture_of(est, now)
