@@ -230,7 +230,9 @@ def goodput_chart(rec: Recommendation | None, chart_id: str = "goodput") -> str:
         body.extend(_vertical(axes, rec.live_ratio, LIVE_COLOUR, f"live r {rec.live_ratio:.3g}", dash="5,4"))
     if rec.ratio:
         body.extend(_vertical(axes, rec.ratio, RECOMMENDED_COLOUR, f"recommended r {rec.ratio:.3g}", row=1))
-    legend = [("replayed goodput, (raw + within-SLO) / 2 (output tokens/s)", STATE_COLOUR)]
+    scored = ("raw, no split meets the queue bound" if rec.replay_metric == "raw_goodput"
+              else "3/4 within-SLO + 1/4 raw")
+    legend = [(f"replayed goodput, {scored} (output tokens/s)", STATE_COLOUR)]
     return _frame(title, axes, "--mamba-full-memory-ratio r (log scale)", "output tokens/s", body, legend, chart_id)
 
 

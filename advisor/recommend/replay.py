@@ -2,18 +2,20 @@
 with its own fitted step times, at candidate ratios around the closed-form prior; the ratio is read off the
 simulated goodput curve.
 
-Each candidate is scored by the mean of raw goodput (output tokens/s served) and SLO goodput (tokens/s of requests
-queued within a bound): a state-bound split pays for the queue it builds, a KV-bound one for its retractions and
-requeues, and near capacity, where the SLO figure flips with the realisation of the arrivals, the raw half keeps
-the score steady. Where the curve is flat within the replay's noise, the choice is the plateau's geometric
-middle: the ratio furthest, in log r, from where the curve was seen to fall on either side (or from the ends of
-what was tried), never the plateau's lowest or highest ratio. A plateau end with nothing tried within half a
-step outside it is probed half a step further first, so that the middle is not that of a grid centred on a
-prior far off the plateau. The candidates are centred on the prior r*, so a curve flat over all of them returns
-r* itself. The live ratio's worst score within the cliff margins is measured too, never extrapolated: where
-the live ratio is the lowest or highest tried, the margin's end is run. The replayed window is one realisation
-of the traffic, and the next one's plateau sits elsewhere within it (a short window holds fewer of the bursts
-that end it): the middle is as far as the replay can see from both cliffs.
+Each candidate is scored by SLO goodput (tokens/s of requests queued within a bound), three parts in four, and raw
+goodput (output tokens/s served), one in four: a state-bound split pays for the queue it builds, a KV-bound one for
+its retractions and requeues, and near capacity, where the SLO figure flips with the realisation of the arrivals,
+the raw part keeps the score steady. Where the curve is flat within the replay's noise, the choice is the
+plateau's geometric middle: the ratio furthest, in log r, from where the curve was seen to fall on either side
+(or from the ends of what was tried), never the plateau's lowest or highest ratio. A plateau end with nothing
+tried within half a step outside it is probed half a step further first, so that the middle is not that of a
+grid centred on a prior far off the plateau. The candidates are centred on the prior r*, so a curve flat over
+all of them returns r* itself. The live ratio's worst score within the cliff margins is measured too, never
+extrapolated: where the live ratio is the lowest or highest tried, the margin's end is run. The replayed window
+is one realisation of the traffic, and the next one's plateau sits elsewhere within it (a short window holds
+fewer of the bursts that end it): the middle is as far as the replay can see from both cliffs. For the same
+reason, where holding the live ratio looks free, it and the chosen ratio run once more on the window's traffic
+made heavier: a live ratio that only this draw spared loses there.
 
 The live ratio runs first, as a check of the picture against the server: a metrics-only picture whose running
 batch there is not as long as the server showed has its outputs paired again (`calibrated_picture`), and the
@@ -23,7 +25,7 @@ running requests it holds there are reported beside the server's.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -86,7 +88,7 @@ class ReplaySettings:
 @dataclass(frozen=True)
 class CurvePoint:
     ratio: float
-    goodput: float  # the score: (raw + SLO goodput) / 2, tokens/s
+    goodput: float  # the score: 3/4 SLO + 1/4 raw goodput, tokens/s
     slo_goodput: float
     raw_goodput: float
     max_running_requests: int
@@ -106,7 +108,8 @@ class ReplayCurve:
     width_lower: float  # the ratio range within flat_tolerance of the best
     width_upper: float
     flat: bool  # several candidates were equally good (the choice is their middle)
-    metric: str  # what `goodput` holds: "goodput_score" = (raw + SLO goodput) / 2
+    metric: str  # what `goodput` holds: "goodput_score" = 3/4 SLO + 1/4 raw goodput, or under sustained
+    # overload (no candidate meets the queue bound) "raw_goodput"
     requests: int
     window_seconds: float
     source: str
@@ -178,11 +181,33 @@ def _gain(chosen: float | None, live: float | None) -> float | None:
     return chosen / live
 
 
-def _score(result: SimResult) -> float:
-    """Half raw goodput, half SLO goodput: every served token counts, a token served within the queue bound counts
-    twice. Raw goodput alone is blind to the queue a short clamp builds under capacity; SLO goodput alone flips
-    with the arrivals' realisation near capacity and is zero for every ratio under sustained overload."""
-    return 0.5 * (result.goodput_tokens_per_second + result.slo_goodput_tokens_per_second)
+# The raw goodput's share of a candidate's score; the rest is SLO goodput.
+RAW_GOODPUT_SHARE = 0.25
+
+
+# Sustained overload: the best SLO goodput of the first candidates under this share of the best raw goodput. No
+# split then meets the queue bound, and which requests happen to is noise: the candidates score raw goodput.
+OVERLOAD_SLO_SHARE = 0.1
+
+
+def _score(result: SimResult, overloaded: bool = False) -> float:
+    """SLO goodput, three parts in four, raw goodput one: what an operator is served is tokens within the queue
+    bound, and a served token late still counts a little. Raw goodput alone is blind to the queue a short clamp
+    builds under capacity; SLO goodput alone flips with the arrivals' realisation near capacity and is zero for
+    every ratio under sustained overload (`overloaded`: raw goodput alone). With half raw, a plateau ran a
+    cliff's width further than the SLO figure's (a 0.75% tolerance on the score is 1.5% of SLO goodput)."""
+    if overloaded:
+        return result.goodput_tokens_per_second
+    return (RAW_GOODPUT_SHARE * result.goodput_tokens_per_second
+            + (1.0 - RAW_GOODPUT_SHARE) * result.slo_goodput_tokens_per_second)
+
+
+def _overloaded(results: Iterable[SimResult]) -> bool:
+    """No candidate meets the queue bound for more than a sliver of what it serves (OVERLOAD_SLO_SHARE)."""
+    done = list(results)
+    best_raw = max((r.goodput_tokens_per_second for r in done), default=0.0)
+    best_slo = max((r.slo_goodput_tokens_per_second for r in done), default=0.0)
+    return best_raw > 0 and best_slo < OVERLOAD_SLO_SHARE * best_raw
 
 
 def run_ratios(server: SchedulerServerConfig, picture: TrafficPicture, ratios: Sequence[float],
@@ -335,8 +360,10 @@ def replay_curve(
         first = [r for r in first if r != live_ratio]
     results.update(zip(first, run_many(server, picture, first, settings), strict=True))
 
+    overloaded = _overloaded(results.values())
+
     def score(r: float) -> float:
-        return _score(results[r])
+        return _score(results[r], overloaded)
 
     def tolerance_of(best: float) -> float:
         """The share of the best score within which another is as good: the plateau's, and the replay's noise."""
@@ -386,7 +413,7 @@ def replay_curve(
     candidates = sorted(results)  # the live ratio too: where it is as good as the best, the operator holds
     best, plateau = plateau_of(candidates)
     chosen = math.sqrt(plateau[0] * plateau[-1])
-    metric = "goodput_score"
+    metric = "raw_goodput" if overloaded else "goodput_score"
     scores = {r: score(r) for r in results}
     chosen_goodput = _interpolated(scores, chosen)
     hold_lower = min(plateau[0] * settings.edge_margin, chosen / settings.min_move)
@@ -402,7 +429,7 @@ def replay_curve(
         robust_plain = _gain(robust(chosen), robust(live_ratio))
         if max(g or 0.0 for g in (plain, robust_plain)) < settings.headroom_below_gain:
             at_live, at_chosen = run_many(server, heavier(picture, settings.headroom), [live_ratio, chosen], settings)
-            headroom_gain = _gain(_score(at_chosen), _score(at_live))
+            headroom_gain = _gain(_score(at_chosen, overloaded), _score(at_live, overloaded))
             if headroom_gain is not None and headroom_gain > 1.0 + tolerance_of(best):
                 # The live ratio only just serves this draw: it is off the plateau the traffic, not the draw, has.
                 if live_ratio < chosen:

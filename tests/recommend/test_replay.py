@@ -188,6 +188,42 @@ def test_a_live_ratio_that_only_just_serves_the_observed_draw_is_replayed_on_hea
     assert worth.headroom_gain is None and all(window == 200.0 for window, _ in runs)
 
 
+def _served(raw_of, slo_of):
+    """A stand-in whose raw and SLO goodput at each ratio are given functions of r."""
+    from dataclasses import replace as dc_replace
+
+    template = simulate(load_server_config("default").with_ratio(1.0), workload_from_dict(_chat(0.3)), duration=60.0)
+
+    def run_many(_server, _picture, ratios, _settings):
+        return [dc_replace(template, ratio=r, completed_requests=5000, goodput_tokens_per_second=raw_of(r),
+                           slo_goodput_tokens_per_second=slo_of(r)) for r in ratios]
+    return run_many
+
+
+def test_slo_goodput_weighs_three_parts_in_four_and_under_sustained_overload_raw_goodput_decides():
+    """Raw goodput peaks at 1.2 and SLO goodput at 3. Where the SLO figure is a real share of what is served, it
+    decides (3/4 of the score); where no ratio meets the queue bound for more than a tenth of it, which requests
+    happen to is noise and the replay scores what is served."""
+    server = load_server_config("default")
+    picture = TrafficPicture([RequestSpec(float(t), 100, 10, 100) for t in range(200)], 200.0, "test")
+
+    def raw(r):
+        return 1000.0 - 150.0 * abs(math.log(r / 1.2))
+
+    def slo(scale):
+        return lambda r: scale * (1000.0 - 300.0 * abs(math.log(r / 3.0)))
+
+    served = replay_curve(server, picture, prior_ratio=2.0, live_ratio=None, run_many=_served(raw, slo(0.9)))
+    assert served is not None and served.metric == "goodput_score"
+    assert abs(math.log(served.best_ratio / 3.0)) < abs(math.log(served.best_ratio / 1.2))
+    point = served.points[0]
+    assert point.goodput == pytest.approx(0.25 * point.raw_goodput + 0.75 * point.slo_goodput)
+    overloaded = replay_curve(server, picture, prior_ratio=2.0, live_ratio=None, run_many=_served(raw, slo(0.05)))
+    assert overloaded is not None and overloaded.metric == "raw_goodput"
+    assert abs(math.log(overloaded.best_ratio / 1.2)) < 0.2
+    assert all(p.goodput == p.raw_goodput for p in overloaded.points)
+
+
 def test_a_sharp_optimum_is_bracketed_closer_than_the_grid():
     """A knife-edge curve (SLO goodput near a cliff on both sides, peak at 1.5) around a prior of 1.64: the grid
     and its refinement leave one best candidate; bracketing it at a quarter, then an eighth of the step lands
