@@ -306,11 +306,10 @@ def _recommend(
             # the replay's noise of the best): each replay's draw moves the plateau and its middle, and a live
             # ratio near the hold band's edge would otherwise see the same move advised, dropped and advised again.
             kept = kept_move(previous, live_ratio)
-            best = max(point.goodput for point in replay.points)
-            floor = best * (1.0 - KEEP_PLATEAU_NOISE_FACTOR * replay.plateau_tolerance)
+            floor = replay.goodput_at(replay.best_ratio) * (1.0 - KEEP_PLATEAU_NOISE_FACTOR * replay.plateau_tolerance)
             if kept is not None and replay.goodput_at(kept.ratio) >= floor:
                 target = kept.ratio
-                rec.predicted_goodput_gain_ratio = _gain_of(replay, kept.ratio)
+                rec.predicted_goodput_gain_ratio = replay.gain_at(kept.ratio)
                 rec.ratio_lower, rec.ratio_upper = kept.ratio_lower, kept.ratio_upper
                 factor = target / r_center
                 notes.append(
@@ -408,13 +407,6 @@ def _would_hold(replay: ReplayCurve, settings: RecommenderSettings, previous: Re
         return True
     gain, _, bar = _gain_bar(replay, None, settings, previous, replay.chosen_ratio, live_ratio)
     return gain is not None and gain < 1.0 + bar
-
-
-def _gain_of(replay: ReplayCurve, ratio: float) -> float | None:
-    """The replayed goodput at `ratio` (interpolated in log r) over the live ratio's."""
-    if not replay.live_goodput or not replay.points:
-        return None
-    return replay.goodput_at(ratio) / replay.live_goodput
 
 
 # A move advised before stands while its target scores within this many times the replay's plateau tolerance of

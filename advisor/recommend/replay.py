@@ -108,8 +108,9 @@ class ReplayCurve:
     width_lower: float  # the ratio range within flat_tolerance of the best
     width_upper: float
     flat: bool  # several candidates were equally good (the choice is their middle)
-    metric: str  # what `goodput` holds: "goodput_score" = 3/4 SLO + 1/4 raw goodput, or under sustained
-    # overload (no candidate meets the queue bound) "raw_goodput"
+    # What `goodput` holds: "goodput_score" = 3/4 SLO + 1/4 raw goodput, or under sustained overload (no candidate
+    # meets the queue bound) "raw_goodput".
+    metric: str
     requests: int
     window_seconds: float
     source: str
@@ -147,6 +148,10 @@ class ReplayCurve:
     def goodput_at(self, ratio: float) -> float:
         """The replayed score at `ratio`, linear in log r between the ratios run (the nearest end's beyond them)."""
         return _interpolated({point.ratio: point.goodput for point in self.points}, ratio)
+
+    def gain_at(self, ratio: float) -> float | None:
+        """The replayed score at `ratio` over the live ratio's (None without a live ratio)."""
+        return _gain(self.goodput_at(ratio), self.live_goodput)
 
     @property
     def runs(self) -> int:

@@ -214,6 +214,14 @@ def test_the_replayed_curve_decides_the_ratio_and_its_gain_the_decision(points, 
     assert rec.step_time_coefficients == {"decode_base_seconds": 0.02} and rec.replay_source == "test"
 
 
+def _recommend_on(curve, est, now, previous: Recommendation | None = None) -> Recommendation:
+    """The recommendation at the live 0.9 with `curve` as the replay (and `previous` as the last cycle's)."""
+    picture = picture_of(est, now)
+    picture.replay = curve
+    return recommend(model(strategy="extra_buffer_lazy", mamba_full_memory_ratio=0.9), picture, RecommenderSettings(),
+                     previous=previous)
+
+
 def _previous(decision: str | None) -> Recommendation | None:
     """The last cycle's recommendation as far as the hysteresis reads it: its decision."""
     return None if decision is None else Recommendation(decision=decision, reason="")
@@ -263,10 +271,8 @@ def test_a_move_advised_for_a_cliff_stands_while_the_cliff_stays_within_the_wide
     points = [(0.5, 600.0), (0.6, 700.0), (0.7, 1000.0), (0.9, 1000.0), (1.5, 1000.0), (2.5, 1000.0), (4.0, 1000.0)]
 
     def decide(previous):
-        picture = picture_of(est, now)
-        picture.replay = _curve(points, 1.5, live=0.9, lower=0.7, upper=4.0, prior=1.5, margin=1.5)
-        return recommend(model(strategy="extra_buffer_lazy", mamba_full_memory_ratio=0.9), picture,
-                         RecommenderSettings(), previous=_previous(previous)).decision
+        curve = _curve(points, 1.5, live=0.9, lower=0.7, upper=4.0, prior=1.5, margin=1.5)
+        return _recommend_on(curve, est, now, _previous(previous)).decision
 
     assert decide(None) == "hold" and decide("hold") == "hold"
     assert decide("raise_ratio") == "raise_ratio"
@@ -282,17 +288,15 @@ def test_a_live_ratio_that_loses_on_heavier_traffic_moves_though_the_observed_dr
     points = [(0.5, 600.0), (0.6, 1000.0), (0.9, 1000.0), (1.5, 1000.0), (2.5, 1000.0), (4.0, 990.0)]
 
     def decide(headroom_gain):
-        picture = picture_of(est, now)
         curve = _curve(points, 1.5, live=0.9, lower=0.6, upper=4.0, prior=1.5, margin=1.5)
-        picture.replay = replace(curve, hold_lower=1.2, headroom_gain=headroom_gain, headroom=1.1)
-        return recommend(model(strategy="extra_buffer_lazy", mamba_full_memory_ratio=0.9), picture,
-                         RecommenderSettings())
+        return _recommend_on(replace(curve, hold_lower=1.2, headroom_gain=headroom_gain, headroom=1.1), est, now)
 
     moved = decide(1.06)
     assert (moved.decision, moved.reason_code) == ("raise_ratio", "state_pool_short")
     assert any("only just serves the observed traffic" in note and "+6.0%" in note for note in moved.notes)
     assert moved.predicted_goodput_gain_ratio == pytest.approx(1.0)  # on the observed traffic, as replayed
-    assert (decide(1.02).decision, decide(1.02).reason_code) == ("hold", "gain_below_threshold")
+    small = decide(1.02)
+    assert (small.decision, small.reason_code) == ("hold", "gain_below_threshold")
     assert decide(None).decision == "hold"
 
 
@@ -305,10 +309,8 @@ def test_a_move_advised_before_stands_while_its_target_stays_on_the_replayed_pla
     points = [(0.4, 700.0), (0.6, 1000.0), (0.9, 1000.0), (1.1, 1000.0), (1.5, 990.0), (2.0, 1000.0), (3.0, 800.0)]
 
     def decide(previous):
-        picture = picture_of(est, now)
-        picture.replay = _curve(points, 1.1, live=0.9, lower=0.6, upper=2.0, prior=1.1, margin=1.5)
-        return recommend(model(strategy="extra_buffer_lazy", mamba_full_memory_ratio=0.9), picture,
-                         RecommenderSettings(), previous=previous)
+        return _recommend_on(_curve(points, 1.1, live=0.9, lower=0.6, upper=2.0, prior=1.1, margin=1.5), est, now,
+                             previous)
 
     def raised_to(ratio):
         return Recommendation(decision="raise_ratio", reason="", reason_code="state_pool_short", ratio=ratio,
