@@ -67,6 +67,10 @@ MIXTURE_STARTS = (0.5, 0.8, 0.95, 0.99)
 MIXTURE_ITERATIONS = 40
 MIXTURE_MIN_SD = 0.05  # log tokens: a kind of one repeated length does not collapse the fit
 MIXTURE_FIT_POINTS = 2000
+# A batch shared by several prompts is split by the best of this many draws from the window's prompt histogram.
+SPLIT_DRAWS = 64
+# ... drawn once per picture, this many
+SPLIT_POOL = 4096
 
 
 @dataclass(frozen=True)
@@ -222,13 +226,80 @@ def _sample_lengths(rng: np.random.Generator, bounds: Sequence[float], counts: S
     return np.maximum(1.0, np.round(values))
 
 
+def _window_prompts(bins: Sequence[TrafficBin], rng: np.random.Generator) -> np.ndarray | None:
+    """SPLIT_POOL prompt lengths drawn from the bins' prompt histograms pooled (those of the most common bucket
+    layout), or None when they counted no finished request."""
+    layouts: dict[tuple[float, ...], list[TrafficBin]] = {}
+    for traffic_bin in bins:
+        if traffic_bin.prompt_bounds and sum(traffic_bin.prompt_counts) > 0:
+            layouts.setdefault(traffic_bin.prompt_bounds, []).append(traffic_bin)
+    if not layouts:
+        return None
+    bounds, same = max(layouts.items(), key=lambda item: len(item[1]))
+    counts = np.sum([np.asarray(b.prompt_counts, dtype=float) for b in same], axis=0)
+    drawn = _sample_lengths(rng, bounds, counts, sum(b.prompt_sum for b in same), SPLIT_POOL)
+    return drawn if len(drawn) else None
+
+
 class AdmittedPrompt(NamedTuple):
     tokens: int  # the prompt: new and cached tokens
     cached: int
     batch: int  # the index of the batch that admitted it (its first chunk)
 
 
+def _split_batch(new_tokens: int, open_so_far: int | None, whole: int, cut: bool, drawn: np.ndarray | None,
+                 rng: np.random.Generator | None) -> tuple[int | None, list[int], int | None]:
+    """A batch's new tokens split between what shares it: the next piece of a prompt continued from the previous
+    batch (`open_so_far` of its tokens came before), `whole` prompts admitted complete, and the first piece of a
+    prompt the batch's chunk cuts (`cut`). Returns (continued piece, whole prompts, cut piece).
+
+    Without `drawn` (prompts drawn from the window's prompt histogram) evenly. With it, a draw from that histogram
+    given what the line shows, by rejection: whole prompts are drawn from it, a continued prompt's length from it
+    above what it already had; of SPLIT_DRAWS candidates, the one whose tokens come nearest the batch's (then
+    scaled to them), or, where a cut piece takes the rest, the first that leaves it a token. A batch of a
+    document's last chunk and two chat turns is then one long and two short prompts, not three alike."""
+    count = whole + (open_so_far is not None) + cut
+    even = int(round(new_tokens / count))
+    fallback = (even if open_so_far is not None else None), [even] * whole, (even if cut else None)
+    if count == 1:
+        return (new_tokens if open_so_far is not None else None), [new_tokens] * whole, (new_tokens if cut else None)
+    if drawn is None or rng is None or len(drawn) == 0:
+        return fallback
+    totals = np.zeros(SPLIT_DRAWS)
+    continued = None
+    if open_so_far is not None:
+        longer = drawn[drawn > open_so_far]
+        if not len(longer):
+            return fallback
+        continued = longer[rng.integers(0, len(longer), SPLIT_DRAWS)] - open_so_far
+        totals += continued
+    candidates = drawn[rng.integers(0, len(drawn), size=(SPLIT_DRAWS, whole))]
+    totals += candidates.sum(axis=1)
+    if cut:
+        fits = np.flatnonzero(totals <= new_tokens - 1)
+        if not len(fits):
+            return fallback
+        pick = int(fits[0])
+        scale = 1.0
+    else:
+        pick = int(np.argmin(np.abs(np.log(totals / max(new_tokens, 1)))))
+        scale = new_tokens / totals[pick]
+    piece = int(max(1, round(continued[pick] * scale))) if continued is not None else None
+    taken = [int(max(1, round(v * scale))) for v in candidates[pick]]
+    rest = new_tokens - (piece or 0) - sum(taken)
+    if cut:
+        return piece, taken, rest
+    # rounding: the largest share takes the odd tokens, so the batch's tokens add up
+    if piece is not None and (not taken or piece >= max(taken)):
+        piece = max(1, piece + rest)
+    elif taken:
+        largest = int(np.argmax(taken))
+        taken[largest] = max(1, taken[largest] + rest)
+    return piece, taken, None
+
+
 def admitted_prompts(batches: Sequence[Sequence[int]], chunk_tokens: int | None, page_size: int = 1,
+                     drawn: np.ndarray | None = None, rng: np.random.Generator | None = None,
                      ) -> list[AdmittedPrompt]:
     """The requests a run of `Prefill batch` lines admitted, in admission order, with their prompt and cached tokens.
     SGLang's default fcfs policy admits in arrival order, so this is the arrivals' prompt sequence, with the
@@ -239,7 +310,8 @@ def admitted_prompts(batches: Sequence[Sequence[int]], chunk_tokens: int | None,
     it counts again: a batch that reached the chunk leaves its last request open. Tokens of a batch of several
     requests are split evenly between them (the lines do not say more); cached tokens go to the new requests
     only (a continuing request matched its prefix when it first came). A batch's optional fourth value is the
-    DP rank that printed it: each DP worker schedules, and continues its chunks, on its own."""
+    DP rank that printed it: each DP worker schedules, and continues its chunks, on its own. With `drawn` and
+    `rng`, a shared batch without cached tokens is split as `_split_batch` says instead of evenly."""
     out: list[AdmittedPrompt] = []
     # per DP rank: [tokens so far, cached, first batch] of a request cut at the chunk
     open_prompts: dict[int, list[int]] = {}
@@ -250,25 +322,26 @@ def admitted_prompts(batches: Sequence[Sequence[int]], chunk_tokens: int | None,
         if seqs <= 0:
             continue
         cut = threshold is not None and new_tokens >= threshold
-        share = new_tokens / seqs
-        fresh = seqs
         open_prompt = open_prompts.pop(rank, None)
-        if open_prompt is not None:
-            open_prompt[0] += int(round(share)) if seqs > 1 else new_tokens
-            fresh -= 1
-            if fresh == 0 and cut:
+        fresh = seqs - (open_prompt is not None)
+        if open_prompt is not None and fresh == 0:
+            open_prompt[0] += new_tokens
+            if cut:
                 open_prompts[rank] = open_prompt
                 continue  # still open: the whole batch was its next chunk
             out.append(AdmittedPrompt(open_prompt[0] + open_prompt[1], open_prompt[1], open_prompt[2]))
-        if fresh <= 0:
             continue
+        piece, whole_tokens, cut_piece = _split_batch(
+            new_tokens, None if open_prompt is None else open_prompt[0] + open_prompt[1], fresh - cut, cut,
+            drawn if cached == 0 else None, rng)
+        if open_prompt is not None:
+            open_prompt[0] += piece or 0
+            out.append(AdmittedPrompt(open_prompt[0] + open_prompt[1], open_prompt[1], open_prompt[2]))
         cached_share = cached // fresh
-        for index in range(fresh):
-            taken = int(round(share))
-            if cut and index == fresh - 1:
-                open_prompts[rank] = [taken, cached_share, position]
-            else:
-                out.append(AdmittedPrompt(max(1, taken + cached_share), cached_share, position))
+        for taken in whole_tokens:
+            out.append(AdmittedPrompt(max(1, taken + cached_share), cached_share, position))
+        if cut_piece is not None:
+            open_prompts[rank] = [cut_piece, cached_share, position]
     for open_prompt in open_prompts.values():
         out.append(AdmittedPrompt(open_prompt[0] + open_prompt[1], open_prompt[1], open_prompt[2]))
     return out
@@ -726,7 +799,7 @@ class TrafficEstimator:
         with_lengths = [i for i, b in enumerate(bins) if b.finished > 0 and sum(b.generation_counts) > 0]
         if not with_lengths:
             return None
-        prompts = self._admitted_prompts(bins)
+        prompts = self._admitted_prompts(bins, rng)
         requests: list[RequestSpec] = []
         backlog = int(round(bins[0].in_system_at_start))
         carry = 0.0
@@ -761,10 +834,15 @@ class TrafficEstimator:
                               live_context=target, live_running=running,
                               fixed_outputs=tuple(sorted(continued)))
 
-    def _admitted_prompts(self, bins: Sequence[TrafficBin]) -> list[AdmittedPrompt]:
+    def _admitted_prompts(self, bins: Sequence[TrafficBin], rng: np.random.Generator | None = None,
+                          ) -> list[AdmittedPrompt]:
+        """The admitted prompts of the bins' prefill lines; a shared batch is split by draws from the bins' own
+        prompt histograms (`_split_batch`)."""
         batches = [batch for b in bins for batch in b.admissions]
         if not batches:
             return []
+        rng = rng if rng is not None else np.random.default_rng(0)
+        drawn = _window_prompts(bins, rng)
         chunk = self.chunk_tokens
         if chunk is None:
             # not told: a chunk shows as the largest batch, reached again and again, and a round number (the
@@ -772,7 +850,7 @@ class TrafficEstimator:
             largest = max(batch[1] for batch in batches)
             repeated = sum(batch[1] == largest for batch in batches) >= 3
             chunk = largest if repeated and largest % 256 == 0 else None
-        return admitted_prompts(batches, chunk, self.page_size)
+        return admitted_prompts(batches, chunk, self.page_size, drawn, rng)
 
     def _with_admitted_prompts(self, requests: list[RequestSpec], prompts: list[AdmittedPrompt],
                                bins: Sequence[TrafficBin], backlog: int, rng: np.random.Generator,

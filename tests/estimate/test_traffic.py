@@ -11,6 +11,7 @@ from advisor.estimate.traffic import (
     ExactRequest,
     TrafficEstimator,
     TrafficSettings,
+    _split_batch,
     admitted_prompts,
     live_context,
     paired_to_live_context,
@@ -187,6 +188,36 @@ def test_admitted_prompts_follow_chunks_and_shared_batches():
     assert prompts[-1][:2] == (564, 64)  # cached tokens count in the prompt
     # without the chunk every line's requests are whole
     assert [p[0] for p in admitted_prompts(batches[:2], chunk_tokens=None)] == [8192, 8150]
+
+
+def _drawn_chat_and_documents(rng: np.random.Generator) -> np.ndarray:
+    """Prompts drawn as a window's histogram would give them: 85% chat around 1K, 15% documents around 30K."""
+    chat = rng.lognormal(np.log(1000), 0.5, 3500)
+    docs = rng.lognormal(np.log(30000), 0.3, 600)
+    return np.round(np.concatenate([chat, docs]))
+
+
+def test_a_shared_batch_is_split_as_the_prompt_histogram_makes_likely():
+    rng = np.random.default_rng(3)
+    drawn = _drawn_chat_and_documents(rng)
+    # three whole prompts of 32K tokens between them: a document and two chat turns, not three of 10.7K
+    bigs = []
+    for _ in range(50):
+        piece, whole, cut = _split_batch(32000, None, 3, False, drawn, rng)
+        assert piece is None and cut is None and sum(whole) == 32000
+        bigs.append(sorted(whole))
+    assert np.median([w[-1] for w in bigs]) > 24000 and np.median([w[0] for w in bigs]) < 3000
+    # evenly without the histogram
+    assert _split_batch(32000, None, 3, False, None, None) == (None, [10667] * 3, None)
+    # a document's last piece after 24576 tokens, two chat turns, and a prompt the 8192 chunk cuts: the pieces take
+    # what the whole prompts leave, the continued one as a document's length above what it had
+    pieces = [_split_batch(8192, 24576, 2, True, drawn, rng) for _ in range(50)]
+    for piece, whole, cut in pieces:
+        assert piece is not None and cut is not None and piece >= 1 and cut >= 1
+        assert piece + sum(whole) + cut == 8192
+    assert np.median([p[0] for p in pieces]) > 2000  # a document of 30K had ~5K left, not a third of the batch
+    # nothing in the histogram is longer than what the continued prompt had: evenly
+    assert _split_batch(9000, 10**7, 2, False, drawn, rng) == (3000, [3000, 3000], None)
 
 
 def test_admitted_prompts_rebuild_the_scheduler_models_own_arrivals():
