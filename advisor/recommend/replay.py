@@ -195,6 +195,18 @@ RAW_GOODPUT_SHARE = 0.25
 OVERLOAD_SLO_SHARE = 0.1
 
 
+def _raw_goodput(result: SimResult) -> float:
+    """Output tokens / s served in the replayed window: of the requests completed in it, and what those still in
+    the system at its end had decoded. A long answer that ends just after the window's end counts what it decoded
+    in it, so two close ratios do not differ by whether one long request finished in time."""
+    return result.goodput_tokens_per_second + result.in_flight_tokens_per_second
+
+
+def _slo_goodput(result: SimResult) -> float:
+    """`_raw_goodput` of the requests queued within the bound."""
+    return result.slo_goodput_tokens_per_second + result.in_flight_slo_tokens_per_second
+
+
 def _score(result: SimResult, overloaded: bool = False) -> float:
     """SLO goodput, three parts in four, raw goodput one: what an operator is served is tokens within the queue
     bound, and a served token late still counts a little. Raw goodput alone is blind to the queue a short clamp
@@ -202,16 +214,15 @@ def _score(result: SimResult, overloaded: bool = False) -> float:
     every ratio under sustained overload (`overloaded`: raw goodput alone). With half raw, a plateau ran a
     cliff's width further than the SLO figure's (a 0.75% tolerance on the score is 1.5% of SLO goodput)."""
     if overloaded:
-        return result.goodput_tokens_per_second
-    return (RAW_GOODPUT_SHARE * result.goodput_tokens_per_second
-            + (1.0 - RAW_GOODPUT_SHARE) * result.slo_goodput_tokens_per_second)
+        return _raw_goodput(result)
+    return RAW_GOODPUT_SHARE * _raw_goodput(result) + (1.0 - RAW_GOODPUT_SHARE) * _slo_goodput(result)
 
 
 def _overloaded(results: Iterable[SimResult]) -> bool:
     """No candidate meets the queue bound for more than a sliver of what it serves (OVERLOAD_SLO_SHARE)."""
     done = list(results)
-    best_raw = max((r.goodput_tokens_per_second for r in done), default=0.0)
-    best_slo = max((r.slo_goodput_tokens_per_second for r in done), default=0.0)
+    best_raw = max((_raw_goodput(r) for r in done), default=0.0)
+    best_slo = max((_slo_goodput(r) for r in done), default=0.0)
     return best_raw > 0 and best_slo < OVERLOAD_SLO_SHARE * best_raw
 
 
@@ -444,8 +455,8 @@ def replay_curve(
 
     points = [
         CurvePoint(
-            ratio=r, goodput=scores[r], slo_goodput=res.slo_goodput_tokens_per_second,
-            raw_goodput=res.goodput_tokens_per_second, max_running_requests=res.max_running_requests,
+            ratio=r, goodput=scores[r], slo_goodput=_slo_goodput(res),
+            raw_goodput=_raw_goodput(res), max_running_requests=res.max_running_requests,
             kv_capacity_tokens=res.kv_capacity_tokens, state_bound_fraction=res.state_bound_fraction,
             kv_bound_fraction=res.kv_bound_fraction, retracted_requests=res.retracted_requests,
             queue_time_p90=res.queue_time_p90,

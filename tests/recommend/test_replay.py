@@ -13,6 +13,12 @@ from advisor.sim.config import load_server_config
 from advisor.sim.workload import workload_from_dict
 
 
+
+def _template():
+    """A replay result to dress as a stand-in's: its goodput figures are the stand-in's alone (no in-flight part)."""
+    result = simulate(load_server_config("default").with_ratio(1.0), workload_from_dict(_chat(0.3)), duration=60.0)
+    return replace(result, in_flight_tokens_per_second=0.0, in_flight_slo_tokens_per_second=0.0)
+
 def _chat(rate: float) -> dict:
     return {
         "name": "chat",
@@ -67,7 +73,7 @@ def _plateau_between(lower: float, upper: float):
     """A scheduler model stand-in whose goodput is flat from `lower` to `upper` and falls steeply outside."""
     from dataclasses import replace as dc_replace
 
-    template = simulate(load_server_config("default").with_ratio(1.0), workload_from_dict(_chat(0.3)), duration=60.0)
+    template = _template()
 
     def run_many(_server, _picture, ratios, _settings):
         return [dc_replace(template, ratio=r, completed_requests=5000, goodput_tokens_per_second=1000.0,
@@ -120,7 +126,7 @@ def test_the_live_ratios_cliff_margin_is_measured_not_extrapolated_from_the_last
 
     server = load_server_config("default")
     picture = TrafficPicture([RequestSpec(float(t), 100, 10, 100) for t in range(200)], 200.0, "test")
-    template = simulate(server.with_ratio(1.0), workload_from_dict(_chat(0.3)), duration=60.0)
+    template = _template()
 
     def cliff_below(_server, _picture, ratios, _settings):
         def slo(r):
@@ -140,7 +146,7 @@ def _cliff_under_load(window: float, cliff: float):
     window) it halves below `cliff`: a live ratio just above 0.6 only serves the draw it saw."""
     from dataclasses import replace as dc_replace
 
-    template = simulate(load_server_config("default").with_ratio(1.0), workload_from_dict(_chat(0.3)), duration=60.0)
+    template = _template()
     runs: list[tuple[float, float]] = []
 
     def run_many(_server, picture, ratios, _settings):
@@ -192,7 +198,7 @@ def _served(raw_of, slo_of):
     """A stand-in whose raw and SLO goodput at each ratio are given functions of r."""
     from dataclasses import replace as dc_replace
 
-    template = simulate(load_server_config("default").with_ratio(1.0), workload_from_dict(_chat(0.3)), duration=60.0)
+    template = _template()
 
     def run_many(_server, _picture, ratios, _settings):
         return [dc_replace(template, ratio=r, completed_requests=5000, goodput_tokens_per_second=raw_of(r),
@@ -232,7 +238,7 @@ def test_a_sharp_optimum_is_bracketed_closer_than_the_grid():
 
     server = load_server_config("default")
     picture = TrafficPicture([RequestSpec(float(t), 100, 10, 100) for t in range(200)], 200.0, "test")
-    template = simulate(server.with_ratio(1.0), workload_from_dict(_chat(0.3)), duration=60.0)
+    template = _template()
 
     def knife_edge(_server, _picture, ratios, _settings):
         return [dc_replace(template, ratio=r, completed_requests=5000, goodput_tokens_per_second=1000.0,
@@ -300,3 +306,25 @@ def test_the_replay_deals_the_outputs_again_until_its_running_batch_shows_what_t
     assert refused.running_matches(settings) is False
     matched = replace(picture, live_running=result.mean_busy_running_requests)
     assert calibrated_picture(server, matched, 0.9, settings)[2].rounds >= 1
+
+
+def test_a_long_answer_finishing_on_either_side_of_the_windows_end_is_no_gain():
+    """Above 5 one long answer happens to complete before the window ends, below it is still decoding: counted by
+    what was decoded in the window, the curve is flat and the prior stands, where completed requests alone would
+    have made the highest ratios 4% better."""
+    server = load_server_config("default")
+    picture = TrafficPicture([RequestSpec(float(t), 100, 10, 100) for t in range(200)], 200.0, "test")
+    template = _template()
+
+    def one_long_answer(_server, _picture, ratios, _settings):
+        def done(r):
+            return 1040.0 if r >= 5.0 else 1000.0
+        return [replace(template, ratio=r, completed_requests=60, goodput_tokens_per_second=done(r),
+                        slo_goodput_tokens_per_second=done(r), in_flight_tokens_per_second=1040.0 - done(r),
+                        in_flight_slo_tokens_per_second=1040.0 - done(r)) for r in ratios]
+
+    curve = replay_curve(server, picture, prior_ratio=2.0, live_ratio=0.9, run_many=one_long_answer)
+    assert curve is not None and curve.flat
+    assert curve.gain == pytest.approx(1.0)
+    assert all(p.raw_goodput == pytest.approx(1040.0) for p in curve.points)
+    assert 1.0 < curve.chosen_ratio < 5.0

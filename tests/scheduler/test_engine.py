@@ -441,3 +441,26 @@ def test_slo_goodput_drops_the_requests_a_state_bound_queue_made_wait():
     assert tight.slo_goodput_tokens_per_second < 0.5 * tight.goodput_tokens_per_second
     assert tight.goodput_tokens_per_second > 0.8 * balanced.goodput_tokens_per_second  # raw barely sees it
     assert balanced.slo_goodput_tokens_per_second == pytest.approx(balanced.goodput_tokens_per_second, rel=0.02)
+
+
+def test_in_flight_output_counts_what_a_long_request_decoded_before_the_end():
+    """A long answer that ends just after the run's end: the completed figure jumps by its whole output between
+    two close ends, the completed plus in-flight one does not."""
+    server = load_server_config("default").with_ratio(2.0)
+    arrivals = [RequestSpec(0.0, 1000, 3000, 4096), RequestSpec(0.0, 800, 40, 4096)]
+    whole = simulate(server, UNUSED, duration=600.0, arrivals=arrivals)
+    assert whole.completed_requests == 2 and whole.in_flight_tokens_per_second == 0.0
+    finish = next(e.time for e in _finished(Simulator(server, UNUSED, arrivals=arrivals).advance(600.0)).values()
+                  if e.completion_tokens == 3000)
+    late = [simulate(server, UNUSED, duration=finish * k, arrivals=arrivals) for k in (0.97, 1.03)]
+    before, after = late
+    assert before.completed_requests == 1 and after.completed_requests == 2
+    served = [(r.goodput_tokens_per_second + r.in_flight_tokens_per_second) * r.duration for r in late]
+    assert served[0] == pytest.approx(served[1], rel=0.07)  # tokens decoded by either end, 3% of the time apart
+    assert before.goodput_tokens_per_second * before.duration == pytest.approx(40)  # the completed figure saw only the short one
+    assert before.in_flight_slo_tokens_per_second == before.in_flight_tokens_per_second  # it never queued
+    # what the requests decoded by the end, from the running batch's sequence lengths
+    sim = Simulator(server, UNUSED, arrivals=arrivals)
+    sim.advance(finish * 0.5)
+    decoded = sim.snapshot().decode_sum_seq_lens - 1000 + 1
+    assert sim.in_flight_output(10.0) == (decoded, decoded)
