@@ -293,7 +293,9 @@ def observe_traffic_interval(traffic: TrafficEstimator, now: float, delta: Obser
     restore, whose totals were seen before) only sets the baseline count of requests in flight and its time."""
     in_system = sample.running_requests + sample.queued_requests
     if baseline_only or delta.since_start or delta.restarted:
-        traffic.baseline(in_system, sample.queued_requests, now)
+        # the server process's lifetime count dates when it began serving (not after the daemon's own restore)
+        traffic.baseline(in_system, sample.queued_requests, now,
+                         lifetime_requests=None if baseline_only else delta.requests)
         return
     seconds = delta.interval_seconds
     prompt, generation = delta.prompt_tokens_histogram, delta.generation_tokens_histogram

@@ -67,6 +67,8 @@ MIXTURE_STARTS = (0.5, 0.8, 0.95, 0.99)
 MIXTURE_ITERATIONS = 40
 MIXTURE_MIN_SD = 0.05  # log tokens: a kind of one repeated length does not collapse the fit
 MIXTURE_FIT_POINTS = 2000
+# The share of finished outputs below the tail whose stay dates when a new server's finishes hold its traffic.
+MATURE_TAIL = 0.99
 # A batch shared by several prompts is split by the best of this many draws from the window's prompt histogram.
 SPLIT_DRAWS = 64
 # ... drawn once per picture, this many
@@ -239,6 +241,23 @@ def _window_prompts(bins: Sequence[TrafficBin], rng: np.random.Generator) -> np.
     counts = np.sum([np.asarray(b.prompt_counts, dtype=float) for b in same], axis=0)
     drawn = _sample_lengths(rng, bounds, counts, sum(b.prompt_sum for b in same), SPLIT_POOL)
     return drawn if len(drawn) else None
+
+
+def _pooled_lengths(bins: Sequence[TrafficBin]) -> TrafficBin | None:
+    """One bin holding the summed token histograms of `bins` (those of the most common bucket layout)."""
+    usable = [b for b in bins if b.prompt_bounds and b.generation_bounds]
+    if not usable:
+        return None
+    layout = max({(b.prompt_bounds, b.generation_bounds) for b in usable},
+                 key=lambda key: sum((b.prompt_bounds, b.generation_bounds) == key for b in usable))
+    same = [b for b in usable if (b.prompt_bounds, b.generation_bounds) == layout]
+    return TrafficBin(
+        start=same[0].start, end=same[-1].end, arrivals=0.0, in_system_at_start=0.0,
+        prompt_bounds=layout[0], prompt_counts=array("d", np.sum([b.prompt_counts for b in same], axis=0)),
+        prompt_sum=sum(b.prompt_sum for b in same), generation_bounds=layout[1],
+        generation_counts=array("d", np.sum([b.generation_counts for b in same], axis=0)),
+        generation_sum=sum(b.generation_sum for b in same),
+    )
 
 
 class AdmittedPrompt(NamedTuple):
@@ -661,6 +680,10 @@ class TrafficEstimator:
         self.pending_admissions: list[list[int]] = []
         self.chunk_tokens: int | None = None
         self.page_size = 1
+        # (time, requests the server had taken in by then) at the first scrape of a server process: how long it had
+        # been serving, so that the finishes of its first minutes, which cannot yet hold its long requests, are
+        # known for what they are (`_mature_from`)
+        self.served_at_baseline: tuple[float, float] | None = None
 
     # -- inputs ---------------------------------------------------------------------------------------
 
@@ -705,10 +728,15 @@ class TrafficEstimator:
         while self.bins and (self.bins[0].end <= horizon or len(self.bins) > self.settings.max_bins):
             self.bins.popleft()
 
-    def baseline(self, in_system: float, queued: float | None, now: float) -> None:
-        """A scrape that only sets the baseline (the first after a restart): what ran before it is not replayed."""
+    def baseline(self, in_system: float, queued: float | None, now: float,
+                 lifetime_requests: float | None = None) -> None:
+        """A scrape that only sets the baseline (the first after a restart): what ran before it is not replayed.
+        `lifetime_requests`, the requests the server process finished before it (its first scrape, or the first
+        after it restarted; None after the daemon's own restore), dates when that process began serving."""
         self.last_in_system, self.last_queued, self.last_time = in_system, queued, now
         self.pending_admissions = []
+        if lifetime_requests is not None and math.isfinite(lifetime_requests) and math.isfinite(in_system):
+            self.served_at_baseline = (now, max(0.0, lifetime_requests) + max(0.0, in_system))
 
     def observe_admissions(self, batches: Sequence[Sequence[int]], *, chunk_tokens: int | None = None,
                            page_size: int = 1) -> None:
@@ -800,6 +828,8 @@ class TrafficEstimator:
         if not with_lengths:
             return None
         prompts = self._admitted_prompts(bins, rng)
+        mature = self._mature_from(bins, with_lengths)
+        pooled = _pooled_lengths([bins[i] for i in with_lengths if i >= mature]) if mature else None
         requests: list[RequestSpec] = []
         backlog = int(round(bins[0].in_system_at_start))
         carry = 0.0
@@ -811,7 +841,8 @@ class TrafficEstimator:
                 count += backlog
             if count <= 0:
                 continue
-            source = bins[min(with_lengths, key=lambda i: abs(i - index))]
+            source = pooled if pooled is not None and index < mature else \
+                bins[min(with_lengths, key=lambda i: abs(i - index))]
             inputs = _sample_lengths(rng, source.prompt_bounds, source.prompt_counts, source.prompt_sum, count)
             outputs = _sample_lengths(rng, source.generation_bounds, source.generation_counts, source.generation_sum,
                                       count)
@@ -833,6 +864,43 @@ class TrafficEstimator:
         return TrafficPicture(requests=requests, window_seconds=window, source="metrics", backlog=backlog,
                               live_context=target, live_running=running,
                               fixed_outputs=tuple(sorted(continued)))
+
+    def _mature_from(self, bins: Sequence[TrafficBin], with_lengths: Sequence[int]) -> int:
+        """The first bin whose finishes can hold the traffic's long requests: 0 unless the server process began
+        serving so recently that the window's first bins cannot. A request of output o stays about o / (mean
+        output) times the mean stay (Little: mean in system / arrival rate); finishes in the first such stay after
+        the server began hold none of the requests longer than that, and drawing the arrivals' lengths there from
+        them gives a long-output traffic a lighter tail than it has (heavy-tailed answers on TP8: their mean 2037
+        against 2484 in a window's first third, 2594 in its last). When the process began is dated from the
+        requests it had taken in at the first scrape and the window's arrival rate. The tail is the 99th
+        percentile of the window's generation histogram (itself short of the longest: a lower bound)."""
+        if self.served_at_baseline is None or not with_lengths:
+            return 0
+        window = bins[-1].end - bins[0].start
+        rate = sum(b.arrivals for b in bins) / window if window > 0 else 0.0
+        if not rate > 0:
+            return 0
+        baseline_time, served = self.served_at_baseline
+        began = baseline_time - served / rate
+        reference = bins[with_lengths[-1]]
+        same = [bins[i] for i in with_lengths if bins[i].generation_bounds == reference.generation_bounds]
+        counts = np.sum([np.asarray(b.generation_counts, dtype=float) for b in same], axis=0)
+        finished = float(counts.sum())
+        if not finished > 0 or not reference.generation_bounds:
+            return 0
+        mean_output = sum(b.generation_sum for b in same) / finished
+        tail_bucket = int(np.searchsorted(np.cumsum(counts), MATURE_TAIL * finished))
+        bounds = reference.generation_bounds
+        tail = bounds[min(tail_bucket, len(bounds) - 1)]
+        if not math.isfinite(tail):
+            tail = 2.0 * bounds[-2] if len(bounds) > 1 else mean_output
+        stay = float(np.mean([b.in_system_at_start for b in bins])) / rate
+        matures_at = began + stay * tail / max(mean_output, 1.0)
+        for index in with_lengths:
+            if bins[index].start >= matures_at:
+                return index
+        # none has matured: the window's last third is the nearest to it
+        return next((i for i in with_lengths if bins[i].start >= bins[0].start + window * 2 / 3), with_lengths[-1])
 
     def _admitted_prompts(self, bins: Sequence[TrafficBin], rng: np.random.Generator | None = None,
                           ) -> list[AdmittedPrompt]:
@@ -961,6 +1029,7 @@ class TrafficEstimator:
             "pending_admissions": self.pending_admissions,
             "chunk_tokens": self.chunk_tokens,
             "page_size": self.page_size,
+            "served_at_baseline": list(self.served_at_baseline) if self.served_at_baseline else None,
         }
 
     @classmethod
@@ -986,4 +1055,6 @@ class TrafficEstimator:
         chunk = data.get("chunk_tokens")
         estimator.chunk_tokens = None if chunk is None else int(chunk)
         estimator.page_size = int(data.get("page_size", 1))
+        served = data.get("served_at_baseline")  # written since the start-censoring check: older ones lack it
+        estimator.served_at_baseline = (float(served[0]), float(served[1])) if served else None
         return estimator

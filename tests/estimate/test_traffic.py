@@ -190,6 +190,39 @@ def test_admitted_prompts_follow_chunks_and_shared_batches():
     assert [p[0] for p in admitted_prompts(batches[:2], chunk_tokens=None)] == [8192, 8150]
 
 
+def _new_server(lifetime_requests: float | None) -> TrafficEstimator:
+    """40 intervals of 30 s: 20 finishes in each, 40 in flight; in the first 6 only short answers have had the
+    time to finish, from then on 6 in 20 are long (4K tokens)."""
+    traffic = TrafficEstimator(TrafficSettings(window_seconds=1200))
+    traffic.baseline(0.0, 0.0, 0.0, lifetime_requests=lifetime_requests)
+    for index in range(40):
+        early = index < 6
+        traffic.observe_interval(30.0 * (index + 1), 30.0, finished=20, in_system=40,
+                                 prompt_bounds=PROMPT_BOUNDS, prompt_counts=[20, 0, 0, 0, 0], prompt_sum=20 * 600,
+                                 generation_bounds=OUTPUT_BOUNDS,
+                                 generation_counts=[20, 0, 0, 0] if early else [14, 0, 0, 6],
+                                 generation_sum=20 * 100 if early else 14 * 100 + 6 * 4000)
+    return traffic
+
+
+def test_a_new_servers_first_finishes_do_not_set_the_output_lengths_of_its_first_arrivals():
+    """A server that began serving as the window opened finishes only short answers at first (a long one has
+    not had the time): its first arrivals draw their lengths from the intervals that could finish long ones.
+    A server that had served long before keeps each interval's own."""
+    def early_outputs(traffic: TrafficEstimator) -> float:
+        picture = traffic.picture(seed=2)
+        assert picture is not None
+        return float(np.mean([r.output_tokens for r in picture.requests if r.time < 150.0]))
+
+    fresh = _new_server(lifetime_requests=0.0)
+    assert fresh.served_at_baseline == (0.0, 0.0)
+    assert early_outputs(fresh) == pytest.approx((14 * 100 + 6 * 4000) / 20, rel=0.3)
+    assert early_outputs(_new_server(lifetime_requests=1e6)) == pytest.approx(100, rel=0.2)  # serving for hours
+    assert early_outputs(_new_server(lifetime_requests=None)) == pytest.approx(100, rel=0.2)  # not known
+    # the date survives a checkpoint
+    assert TrafficEstimator.from_dict(fresh.to_dict()).served_at_baseline == (0.0, 0.0)
+
+
 def _drawn_chat_and_documents(rng: np.random.Generator) -> np.ndarray:
     """Prompts drawn as a window's histogram would give them: 85% chat around 1K, 15% documents around 30K."""
     chat = rng.lognormal(np.log(1000), 0.5, 3500)

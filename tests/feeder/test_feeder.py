@@ -11,6 +11,7 @@ from advisor.feeder import (
     ByteOverrides,
     constants_from_server_info,
     model_name_of,
+    observe_traffic_interval,
     observed_clamp,
     scrape_sample,
     server_model,
@@ -92,6 +93,23 @@ def test_scrape_sample_sums_ranks_and_keeps_a_baseline_free_of_retractions():
     assert counted.retracted_tokens == sum(
         rank["retracted_input_tokens_total"] + rank["retracted_output_tokens_total"] for rank in truth["ranks"]
     )
+
+
+def test_the_first_scrape_dates_when_the_server_began_serving_but_a_restored_baseline_does_not():
+    from advisor.estimate.traffic import TrafficEstimator
+
+    observation = _metrics()
+    since_start = diff_counters(None, observation, interval_seconds=None)
+    sample = scrape_sample(observation, since_start, clamp=96.0, log_retractions=0, baseline=True)
+    traffic = TrafficEstimator()
+    observe_traffic_interval(traffic, 100.0, since_start, sample)
+    in_system = sample.running_requests + sample.queued_requests
+    assert observation.requests_total > 0
+    assert traffic.served_at_baseline == (100.0, observation.requests_total + in_system)
+    # after the daemon's own restore the lifetime totals were seen before: the date stays the checkpoint's
+    observe_traffic_interval(traffic, 500.0, since_start, sample, baseline_only=True)
+    assert traffic.served_at_baseline == (100.0, observation.requests_total + in_system)
+    assert traffic.last_time == 500.0
 
 
 def test_scrape_sample_takes_log_retractions_when_metrics_have_none():
