@@ -13,7 +13,6 @@ from advisor.sim.config import load_server_config
 from advisor.sim.workload import workload_from_dict
 
 
-
 def _template():
     """A replay result to dress as a stand-in's: its goodput figures are the stand-in's alone (no in-flight part)."""
     result = simulate(load_server_config("default").with_ratio(1.0), workload_from_dict(_chat(0.3)), duration=60.0)
