@@ -229,17 +229,12 @@ def _sample_lengths(rng: np.random.Generator, bounds: Sequence[float], counts: S
 
 
 def _window_prompts(bins: Sequence[TrafficBin], rng: np.random.Generator) -> np.ndarray | None:
-    """SPLIT_POOL prompt lengths drawn from the bins' prompt histograms pooled (those of the most common bucket
-    layout), or None when they counted no finished request."""
-    layouts: dict[tuple[float, ...], list[TrafficBin]] = {}
-    for traffic_bin in bins:
-        if traffic_bin.prompt_bounds and sum(traffic_bin.prompt_counts) > 0:
-            layouts.setdefault(traffic_bin.prompt_bounds, []).append(traffic_bin)
-    if not layouts:
+    """SPLIT_POOL prompt lengths drawn from the bins' prompt histograms pooled (`_pooled_lengths`), or None when
+    they counted no finished request."""
+    pooled = _pooled_lengths(bins)
+    if pooled is None:
         return None
-    bounds, same = max(layouts.items(), key=lambda item: len(item[1]))
-    counts = np.sum([np.asarray(b.prompt_counts, dtype=float) for b in same], axis=0)
-    drawn = _sample_lengths(rng, bounds, counts, sum(b.prompt_sum for b in same), SPLIT_POOL)
+    drawn = _sample_lengths(rng, pooled.prompt_bounds, pooled.prompt_counts, pooled.prompt_sum, SPLIT_POOL)
     return drawn if len(drawn) else None
 
 
@@ -278,11 +273,9 @@ def _split_batch(new_tokens: int, open_so_far: int | None, whole: int, cut: bool
     scaled to them), or, where a cut piece takes the rest, the first that leaves it a token. A batch of a
     document's last chunk and two chat turns is then one long and two short prompts, not three alike."""
     count = whole + (open_so_far is not None) + cut
-    even = int(round(new_tokens / count))
+    even = int(round(new_tokens / count))  # all of them for a batch of one
     fallback = (even if open_so_far is not None else None), [even] * whole, (even if cut else None)
-    if count == 1:
-        return (new_tokens if open_so_far is not None else None), [new_tokens] * whole, (new_tokens if cut else None)
-    if drawn is None or rng is None or len(drawn) == 0:
+    if count == 1 or drawn is None or rng is None or len(drawn) == 0:
         return fallback
     totals = np.zeros(SPLIT_DRAWS)
     continued = None
@@ -327,10 +320,10 @@ def admitted_prompts(batches: Sequence[Sequence[int]], chunk_tokens: int | None,
     A line counts the requests of its batch (`#new-seq`, len(can_run_list)), their new and cached tokens. A
     prompt longer than the chunk is cut at the chunk (page-aligned) and continues first in the next batch, where
     it counts again: a batch that reached the chunk leaves its last request open. Tokens of a batch of several
-    requests are split evenly between them (the lines do not say more); cached tokens go to the new requests
-    only (a continuing request matched its prefix when it first came). A batch's optional fourth value is the
-    DP rank that printed it: each DP worker schedules, and continues its chunks, on its own. With `drawn` and
-    `rng`, a shared batch without cached tokens is split as `_split_batch` says instead of evenly."""
+    requests are split between them as `_split_batch` says: by a draw from `drawn` (the window's prompts) where
+    given with `rng` and the batch has no cached tokens, else evenly (the lines do not say more); cached tokens
+    go to the new requests only (a continuing request matched its prefix when it first came). A batch's optional
+    fourth value is the DP rank that printed it: each DP worker schedules, and continues its chunks, on its own."""
     out: list[AdmittedPrompt] = []
     # per DP rank: [tokens so far, cached, first batch] of a request cut at the chunk
     open_prompts: dict[int, list[int]] = {}
@@ -882,15 +875,16 @@ class TrafficEstimator:
             return 0
         baseline_time, served = self.served_at_baseline
         began = baseline_time - served / rate
-        reference = bins[with_lengths[-1]]
-        same = [bins[i] for i in with_lengths if bins[i].generation_bounds == reference.generation_bounds]
-        counts = np.sum([np.asarray(b.generation_counts, dtype=float) for b in same], axis=0)
-        finished = float(counts.sum())
-        if not finished > 0 or not reference.generation_bounds:
+        pooled = _pooled_lengths([bins[i] for i in with_lengths])
+        if pooled is None:
             return 0
-        mean_output = sum(b.generation_sum for b in same) / finished
+        counts = np.asarray(pooled.generation_counts, dtype=float)
+        finished = float(counts.sum())
+        if not finished > 0:
+            return 0
+        mean_output = pooled.generation_sum / finished
         tail_bucket = int(np.searchsorted(np.cumsum(counts), MATURE_TAIL * finished))
-        bounds = reference.generation_bounds
+        bounds = pooled.generation_bounds
         tail = bounds[min(tail_bucket, len(bounds) - 1)]
         if not math.isfinite(tail):
             tail = 2.0 * bounds[-2] if len(bounds) > 1 else mean_output
