@@ -22,6 +22,7 @@ settled inside its final band.
     python bench/quality.py --markdown                      # the README table
     python bench/quality.py --json > quality.json           # rows and summary as one JSON object
     python bench/quality.py --shapes steady-chat --servers default --seeds 1
+    python bench/quality.py --heldout --jobs 2              # traffic never used to tune the advisor
 """
 
 from __future__ import annotations
@@ -86,6 +87,10 @@ SERVERS: dict[str, tuple[float, tuple[str, ...]]] = {
 # Shapes whose shipped rate overloads every deployment at its peak; the suite serves them at this share
 # (the `overload` shape is the one meant to stay beyond capacity).
 SHAPE_FACTORS = {"diurnal": 0.5, "regime-shift": 0.7}
+# Traffic never used to tune the advisor (`--heldout`): shapes of their own in bench/heldout/, served by the
+# general deployments. A score there is what unseen traffic gets, not what tuning reached.
+HELDOUT_DIR = Path(__file__).resolve().parent / "heldout"
+HELDOUT_SERVERS = ("default", "single-gpu-moe")
 # Stationary traffic: any change of decision during the watch is flapping.
 STEADY_SHAPES = frozenset(
     {
@@ -100,6 +105,9 @@ STEADY_SHAPES = frozenset(
         "overload",
         "spec-decode",
         "dcp",
+        "code-completion",
+        "reasoning-chat-mix",
+        "long-context-qa",
     }
 )
 OVERLOAD_SLO_SHARE = 0.10  # below this share of raw goodput at its best, no ratio meets the queue bound
@@ -190,10 +198,16 @@ class Row:
 # ------------------------------------------------------------------------------------------ simulation
 
 
+def shape_file(shape: str) -> Path:
+    """The shape's file: a held-out one's under bench/heldout/, else the shipped workload's."""
+    heldout = HELDOUT_DIR / f"{shape}.yaml"
+    return heldout if heldout.exists() else WORKLOADS_DIR / f"{shape}.yaml"
+
+
 def server_for(case: Case) -> tuple[SchedulerServerConfig, Workload, float]:
     factor = SERVERS[case.server][0] * SHAPE_FACTORS.get(case.shape, 1.0)
     server = load_server_config(case.server)
-    workload = load_workload(case.shape)
+    workload = load_workload(str(shape_file(case.shape)))
     if factor != 1.0:
         workload = workload.scaled(factor)
     return server, workload, factor
@@ -362,9 +376,9 @@ def oracle_traffic(case: Case, workload: Workload, args: argparse.Namespace) -> 
 def fingerprint(case: Case, args: argparse.Namespace) -> str:
     """What the oracle depends on: the shape's and server's files, the scheduler model and the sweep's knobs."""
     if args.oracle_traffic == "watched":
-        args = argparse.Namespace(**{**vars(args), "duration": f"watched {watch_minutes(load_workload(case.shape), args)}"})
+        args = argparse.Namespace(**{**vars(args), "duration": f"watched {watch_minutes(load_workload(str(shape_file(case.shape))), args)}"})
     digest = hashlib.sha256()
-    for path in (WORKLOADS_DIR / f"{case.shape}.yaml", resolve_server_path(case.server),
+    for path in (shape_file(case.shape), resolve_server_path(case.server),
                  ROOT / "advisor" / "scheduler" / "engine.py", ROOT / "advisor" / "scheduler" / "costmodel.py",
                  ROOT / "advisor" / "sim" / "workload.py", ROOT / "advisor" / "model" / "pools.py"):
         digest.update(Path(path).read_bytes())
@@ -531,11 +545,14 @@ def markdown(rows: Sequence[Row], stats: dict[str, Any]) -> str:
 def cases(args: argparse.Namespace) -> list[Case]:
     shapes = set(args.shapes.split(",")) if args.shapes else None
     servers = set(args.servers.split(",")) if args.servers else None
+    heldout = sorted(path.stem for path in HELDOUT_DIR.glob("*.yaml"))
     out = []
     for seed in args.seeds:
         for server, (_factor, names) in SERVERS.items():
             if servers is not None and server not in servers:
                 continue
+            if args.heldout:
+                names = tuple(heldout) if server in HELDOUT_SERVERS else ()
             for shape in names:
                 if shapes is None or shape in shapes:
                     out.append(Case(shape, server, seed))
@@ -565,6 +582,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--oracle-traffic", choices=("fresh", "watched"), default="fresh",
                         help="score on a fresh hour of the same traffic shape (default), or on the very timeline "
                              "the advisor watched")
+    parser.add_argument("--heldout", action="store_true",
+                        help="the held-out shapes (bench/heldout/, never used to tune the advisor) on the general "
+                             "deployments, instead of the suite's")
     parser.add_argument("--state-bias", type=float, default=None, help="override the advisor's state_bias knob")
     parser.add_argument("--oracle-cache", metavar="FILE", default=str(ROOT / "bench" / ".quality-oracle.json"),
                         help="reuse oracle sweeps across runs ('' to disable)")

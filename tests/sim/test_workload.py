@@ -64,6 +64,17 @@ def test_library_ships_the_named_workloads():
         assert all(s.input_tokens >= 1 and s.output_tokens >= 1 for s in specs)
 
 
+def test_the_benchmarks_held_out_shapes_load_and_differ_from_the_library():
+    heldout = sorted((Path(__file__).resolve().parents[2] / "bench" / "heldout").glob("*.yaml"))
+    assert len(heldout) >= 5
+    for path in heldout:
+        workload = load_workload(str(path))
+        assert workload.name == path.stem and workload.name not in available_workloads()
+        specs = workload.requests(seed=0, duration=600)
+        assert specs, path.name
+        assert all(s.output_tokens <= s.max_new_tokens for s in specs)
+
+
 def test_workloads_name_their_server_configs():
     assert load_workload("spec-decode").server == "spec"
     assert load_workload("dcp").server == "dcp8"
