@@ -888,11 +888,21 @@ class TrafficEstimator:
         tail = bounds[min(tail_bucket, len(bounds) - 1)]
         if not math.isfinite(tail):
             tail = 2.0 * bounds[-2] if len(bounds) > 1 else mean_output
-        stay = float(np.mean([b.in_system_at_start for b in bins])) / rate
-        matures_at = began + stay * tail / max(mean_output, 1.0)
-        for index in with_lengths:
-            if bins[index].start >= matures_at:
-                return index
+        finish_rate = sum(b.finished for b in bins) / window
+        if all(b.queued_at_start is not None for b in bins) and finish_rate > 0:
+            # Only the run scales with the output: a queue holds short and long requests alike (fcfs), so the
+            # wait the bin's queue stands for is added once, not stretched with the tail
+            running = float(np.mean([max(0.0, b.in_system_at_start - (b.queued_at_start or 0.0)) for b in bins]))
+            long_run = running / finish_rate * tail / max(mean_output, 1.0)
+            for index in with_lengths:
+                if bins[index].start - began >= (bins[index].queued_at_start or 0.0) / rate + long_run:
+                    return index
+        else:
+            stay = float(np.mean([b.in_system_at_start for b in bins])) / rate
+            matures_at = began + stay * tail / max(mean_output, 1.0)
+            for index in with_lengths:
+                if bins[index].start >= matures_at:
+                    return index
         # none has matured: the window's last third is the nearest to it
         return next((i for i in with_lengths if bins[i].start >= bins[0].start + window * 2 / 3), with_lengths[-1])
 

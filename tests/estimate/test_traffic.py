@@ -223,6 +223,30 @@ def test_a_new_servers_first_finishes_do_not_set_the_output_lengths_of_its_first
     assert TrafficEstimator.from_dict(fresh.to_dict()).served_at_baseline == (0.0, 0.0)
 
 
+def test_a_new_servers_queue_delays_its_long_finishes_once_not_stretched_with_the_tail():
+    """Under a queue of 200 (five minutes of arrivals) and 40 running, a long answer finishes after the wait
+    plus its long run. The wait holds short and long requests alike, so the first finishes that can hold the
+    long answers come ~8 minutes in, not after the whole stay (wait and run) stretched by the tail (~19
+    minutes, which left only the window's last intervals, here a draw with fewer long answers, to set every
+    earlier arrival's length)."""
+    traffic = TrafficEstimator(TrafficSettings(window_seconds=1200))
+    traffic.baseline(0.0, 0.0, 0.0, lifetime_requests=0.0)
+    for index in range(40):
+        long_answers = 0 if index < 6 else 6 if index < 30 else 2
+        traffic.observe_interval(30.0 * (index + 1), 30.0, finished=20, in_system=240, queued=200,
+                                 prompt_bounds=PROMPT_BOUNDS, prompt_counts=[20, 0, 0, 0, 0], prompt_sum=20 * 600,
+                                 generation_bounds=OUTPUT_BOUNDS,
+                                 generation_counts=[20 - long_answers, 0, 0, long_answers],
+                                 generation_sum=(20 - long_answers) * 100 + long_answers * 4000)
+    picture = traffic.picture(seed=2)
+    assert picture is not None
+    early = float(np.mean([r.output_tokens for r in picture.requests if r.time < 150.0]))
+    # pooled from ~minute 8 on: 13 intervals with 6 long answers in 20, 10 with 2
+    pooled = ((13 * 6 + 10 * 2) * 4000 + (23 * 20 - 13 * 6 - 10 * 2) * 100) / (23 * 20)
+    assert early == pytest.approx(pooled, rel=0.2)
+    assert early > 1.4 * (18 * 100 + 2 * 4000) / 20  # the last intervals' lighter draw alone
+
+
 def _drawn_chat_and_documents(rng: np.random.Generator) -> np.ndarray:
     """Prompts drawn as a window's histogram would give them: 85% chat around 1K, 15% documents around 30K."""
     chat = rng.lognormal(np.log(1000), 0.5, 3500)
