@@ -73,16 +73,23 @@ class ReplaySettings:
     # that only just serves this draw loses there, while a plateau wide enough to hold it does not.
     headroom: float = 1.1
     headroom_below_gain: float = 1.03
+    # ... and at least as heavy as the window's last `trend_seconds` came (their arrival rate over the window's,
+    # at most `headroom_max`): a rising rate (a morning's ramp) brings traffic heavier than the window's mean,
+    # and a live ratio the mean spares can fail it. A window under three times `trend_seconds` shows no trend.
+    trend_seconds: float = 300.0
+    headroom_max: float = 1.5
 
     def __post_init__(self) -> None:
         if (not self.span > 1 or self.points < 3 or not 0 <= self.warmup_fraction < 1 or self.edge_margin < 1
                 or self.min_move < 1 or self.cliff_margin < 1 or self.cliff_keep_margin < self.cliff_margin
                 or self.sharp_refinements < 0 or not self.calibration_tolerance > 0 or self.calibration_rounds < 0
-                or self.calibration_running_factor < 1 or self.headroom < 1):
+                or self.calibration_running_factor < 1 or self.headroom < 1 or self.headroom_max < self.headroom
+                or not self.trend_seconds > 0):
             raise ValueError("replay: span must be > 1, points >= 3, warmup_fraction in [0, 1), edge_margin, "
                              "min_move and cliff_margin >= 1, cliff_keep_margin >= cliff_margin, "
                              "sharp_refinements >= 0, calibration_tolerance > 0, calibration_rounds >= 0, "
-                             "calibration_running_factor >= 1, headroom >= 1")
+                             "calibration_running_factor >= 1, headroom >= 1, headroom_max >= headroom, "
+                             "trend_seconds > 0")
 
 
 @dataclass(frozen=True)
@@ -439,12 +446,13 @@ def replay_curve(
         return min(_interpolated(scores, r / margin), _interpolated(scores, r), _interpolated(scores, r * margin))
 
     headroom_gain = None
-    if (live_ratio is not None and live_ratio > 0 and settings.headroom > 1
+    headroom = min(settings.headroom_max, max(settings.headroom, recent_load(picture, settings.trend_seconds)))
+    if (live_ratio is not None and live_ratio > 0 and headroom > 1
             and abs(math.log(chosen / live_ratio)) > math.log(settings.min_move)):
         plain = _gain(chosen_goodput, scores[live_ratio])
         robust_plain = _gain(robust(chosen), robust(live_ratio))
         if max(g or 0.0 for g in (plain, robust_plain)) < settings.headroom_below_gain:
-            at_live, at_chosen = run_many(server, heavier(picture, settings.headroom), [live_ratio, chosen], settings)
+            at_live, at_chosen = run_many(server, heavier(picture, headroom), [live_ratio, chosen], settings)
             headroom_gain = _gain(_score(at_chosen, overloaded), _score(at_live, overloaded))
             if headroom_gain is not None and headroom_gain > 1.0 + tolerance_of(best):
                 # The live ratio only just serves this draw: it is off the plateau the traffic, not the draw, has.
@@ -481,9 +489,19 @@ def replay_curve(
         live_running_replayed=calibration.replayed_running if calibration else None,
         live_running_matches=calibration.running_matches(settings) if calibration else None,
         calibration_rounds=calibration.rounds if calibration else 0,
-        headroom_gain=headroom_gain, headroom=settings.headroom if headroom_gain is not None else 1.0,
+        headroom_gain=headroom_gain, headroom=headroom if headroom_gain is not None else 1.0,
         plateau_tolerance=tolerance_of(best),
     )
+
+
+def recent_load(picture: TrafficPicture, seconds: float) -> float:
+    """The arrival rate of the window's last `seconds` over the window's own (1.0 for a window under three times
+    that: too short to tell a trend from a burst)."""
+    window = picture.window_seconds
+    if window < 3 * seconds or not picture.requests:
+        return 1.0
+    recent = sum(1 for request in picture.requests if request.time >= window - seconds)
+    return (recent / seconds) / (len(picture.requests) / window)
 
 
 def heavier(picture: TrafficPicture, factor: float) -> TrafficPicture:

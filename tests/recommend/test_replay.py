@@ -6,7 +6,7 @@ from dataclasses import replace
 import pytest
 
 from advisor.estimate.traffic import TrafficPicture
-from advisor.recommend.replay import ReplaySettings, _run, calibrated_picture, replay_curve
+from advisor.recommend.replay import ReplaySettings, _run, calibrated_picture, recent_load, replay_curve
 from advisor.scheduler.engine import simulate
 from advisor.scheduler.types import RequestSpec
 from advisor.sim.config import load_server_config
@@ -191,6 +191,32 @@ def test_a_live_ratio_that_only_just_serves_the_observed_draw_is_replayed_on_hea
     worth = replay_curve(server, picture, prior_ratio=2.0, live_ratio=0.5, run_many=run_many)
     assert worth is not None and worth.gain is not None and worth.gain > 1.5
     assert worth.headroom_gain is None and all(window == 200.0 for window, _ in runs)
+
+
+def test_a_rising_rate_is_replayed_as_heavy_as_the_windows_last_minutes_came():
+    """Arrivals at 1/s for 1500 s, then 1.4/s for the last 300: the rate rises, and the traffic to come is at
+    least as heavy as the last minutes, not the window's mean. The heavier replay runs at their rate over the
+    window's (~1.33x, not the 1.1x floor), capped at headroom_max. A window under three times trend_seconds, or
+    a steady one, keeps the floor."""
+    server = load_server_config("default")
+    steady = [RequestSpec(float(t), 100, 10, 100) for t in range(1500)]
+    rising = steady + [RequestSpec(1500.0 + t / 1.4, 100, 10, 100) for t in range(420)]
+    picture = TrafficPicture(rising, 1800.0, "test")
+    expected = (420 / 300) / (len(rising) / 1800)
+    assert recent_load(picture, 300.0) == pytest.approx(expected)
+    assert recent_load(TrafficPicture(steady + [RequestSpec(1500.0 + t, 100, 10, 100) for t in range(300)], 1800.0,
+                                      "test"), 300.0) == pytest.approx(1.0)
+    assert recent_load(TrafficPicture(rising[:500], 800.0, "test"), 300.0) == 1.0  # too short to tell
+    run_many, runs = _cliff_under_load(1800.0, 1.2)
+    curve = replay_curve(server, picture, prior_ratio=2.0, live_ratio=0.9, run_many=run_many)
+    assert curve is not None and curve.headroom == pytest.approx(expected)
+    assert [window for window, _ in runs if window < 1800.0] == pytest.approx([1800.0 / expected] * 2)
+    run_many, runs = _cliff_under_load(1800.0, 1.2)
+    capped = replay_curve(server, picture, prior_ratio=2.0, live_ratio=0.9, run_many=run_many,
+                          settings=ReplaySettings(headroom_max=1.2))
+    assert capped is not None and capped.headroom == pytest.approx(1.2)
+    with pytest.raises(ValueError, match="headroom_max"):
+        ReplaySettings(headroom=1.3, headroom_max=1.2)
 
 
 def _served(raw_of, slo_of):
