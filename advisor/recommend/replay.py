@@ -73,24 +73,22 @@ class ReplaySettings:
     # that only just serves this draw loses there, while a plateau wide enough to hold it does not.
     headroom: float = 1.1
     headroom_below_gain: float = 1.03
-    # A rising rate (a morning's ramp) brings traffic heavier than the window's mean, and a ratio the mean
-    # spares can fail it: where the window's last `trend_seconds` came faster than the window (by more than
-    # TREND_SIGMAS of their count's Poisson noise), the curve is drawn on the window that much heavier, at most
-    # `trend_max` (the heavier run above then comes on top). A window under three times `trend_seconds`
-    # shows no trend.
+    # ... and at least as heavy as the window's last `trend_seconds` came (their arrival rate over the window's,
+    # at most `headroom_max`): a rising rate (a morning's ramp) brings traffic heavier than the window's mean,
+    # and a live ratio the mean spares can fail it. A window under three times `trend_seconds` shows no trend.
     trend_seconds: float = 300.0
-    trend_max: float = 1.5
+    headroom_max: float = 1.5
 
     def __post_init__(self) -> None:
         if (not self.span > 1 or self.points < 3 or not 0 <= self.warmup_fraction < 1 or self.edge_margin < 1
                 or self.min_move < 1 or self.cliff_margin < 1 or self.cliff_keep_margin < self.cliff_margin
                 or self.sharp_refinements < 0 or not self.calibration_tolerance > 0 or self.calibration_rounds < 0
-                or self.calibration_running_factor < 1 or self.headroom < 1 or self.trend_max < 1
+                or self.calibration_running_factor < 1 or self.headroom < 1 or self.headroom_max < self.headroom
                 or not self.trend_seconds > 0):
             raise ValueError("replay: span must be > 1, points >= 3, warmup_fraction in [0, 1), edge_margin, "
                              "min_move and cliff_margin >= 1, cliff_keep_margin >= cliff_margin, "
                              "sharp_refinements >= 0, calibration_tolerance > 0, calibration_rounds >= 0, "
-                             "calibration_running_factor >= 1, headroom >= 1, trend_max >= 1, "
+                             "calibration_running_factor >= 1, headroom >= 1, headroom_max >= headroom, "
                              "trend_seconds > 0")
 
 
@@ -153,9 +151,6 @@ class ReplayCurve:
     # live ratio, one within min_move of the chosen, or a gain on the observed traffic already worth a restart).
     headroom_gain: float | None = None
     headroom: float = 1.0
-    # The window's last trend_seconds' arrival rate over its own, where the curve was drawn on the window that
-    # much heavier (1.0: no significant rise).
-    trend: float = 1.0
 
     def goodput_at(self, ratio: float) -> float:
         """The replayed score at `ratio`, linear in log r between the ratios run (the nearest end's beyond them)."""
@@ -386,12 +381,6 @@ def replay_curve(
         picture, results[live_ratio], calibration = calibrated_picture(server, picture, live_ratio, settings,
                                                                        run_many)
         first = [r for r in first if r != live_ratio]
-    trend = min(settings.trend_max, recent_load(picture, settings.trend_seconds))
-    if trend > 1.0:
-        # the traffic to come is at least as heavy as the window's last minutes: the curve is drawn on that (the
-        # live ratio again too; its run above checked the picture against the server on the observed traffic)
-        picture = heavier(picture, trend)
-        first = [*first, live_ratio] if live_ratio in results else first
     results.update(zip(first, run_many(server, picture, first, settings), strict=True))
 
     overloaded = _overloaded(results.values())
@@ -457,7 +446,7 @@ def replay_curve(
         return min(_interpolated(scores, r / margin), _interpolated(scores, r), _interpolated(scores, r * margin))
 
     headroom_gain = None
-    headroom = settings.headroom
+    headroom = min(settings.headroom_max, max(settings.headroom, recent_load(picture, settings.trend_seconds)))
     if (live_ratio is not None and live_ratio > 0 and headroom > 1
             and abs(math.log(chosen / live_ratio)) > math.log(settings.min_move)):
         plain = _gain(chosen_goodput, scores[live_ratio])
@@ -500,28 +489,19 @@ def replay_curve(
         live_running_replayed=calibration.replayed_running if calibration else None,
         live_running_matches=calibration.running_matches(settings) if calibration else None,
         calibration_rounds=calibration.rounds if calibration else 0,
-        headroom_gain=headroom_gain, headroom=headroom if headroom_gain is not None else 1.0, trend=trend,
+        headroom_gain=headroom_gain, headroom=headroom if headroom_gain is not None else 1.0,
         plateau_tolerance=tolerance_of(best),
     )
 
 
 def recent_load(picture: TrafficPicture, seconds: float) -> float:
-    """The arrival rate of the window's last `seconds` over the window's own, where it rose by more than
-    TREND_SIGMAS of the count's Poisson noise; else 1.0 (as for a window under three times `seconds`, too short
-    to tell a trend from a burst)."""
+    """The arrival rate of the window's last `seconds` over the window's own (1.0 for a window under three times
+    that: too short to tell a trend from a burst)."""
     window = picture.window_seconds
     if window < 3 * seconds or not picture.requests:
         return 1.0
     recent = sum(1 for request in picture.requests if request.time >= window - seconds)
-    expected = len(picture.requests) * seconds / window
-    if recent - expected <= TREND_SIGMAS * math.sqrt(expected):
-        return 1.0
-    return recent / expected
-
-
-# A rise of the window's last minutes' count over its expectation by more than this many of its Poisson noise's
-# standard deviations is a trend, not a draw.
-TREND_SIGMAS = 3.0
+    return (recent / seconds) / (len(picture.requests) / window)
 
 
 def heavier(picture: TrafficPicture, factor: float) -> TrafficPicture:

@@ -193,42 +193,30 @@ def test_a_live_ratio_that_only_just_serves_the_observed_draw_is_replayed_on_hea
     assert worth.headroom_gain is None and all(window == 200.0 for window, _ in runs)
 
 
-def test_a_rising_rate_draws_the_curve_on_traffic_as_heavy_as_the_windows_last_minutes():
+def test_a_rising_rate_is_replayed_as_heavy_as_the_windows_last_minutes_came():
     """Arrivals at 1/s for 1500 s, then 1.4/s for the last 300: the rate rises, and the traffic to come is at
-    least as heavy as the last minutes, not the window's mean. The curve is drawn on the window that much
-    heavier (~1.33x; the live ratio run again on it), capped at trend_max, and where everything under 1.2 halves
-    on heavier traffic the choice leaves that side. A steady window, a rise within the count's noise, or a
-    window under three times trend_seconds draws the curve on the window as observed."""
+    least as heavy as the last minutes, not the window's mean. The heavier replay runs at their rate over the
+    window's (~1.33x, not the 1.1x floor), capped at headroom_max. A window under three times trend_seconds, or
+    a steady one, keeps the floor."""
     server = load_server_config("default")
     steady = [RequestSpec(float(t), 100, 10, 100) for t in range(1500)]
     rising = steady + [RequestSpec(1500.0 + t / 1.4, 100, 10, 100) for t in range(420)]
     picture = TrafficPicture(rising, 1800.0, "test")
-    expected = 420 / (len(rising) * 300 / 1800)
+    expected = (420 / 300) / (len(rising) / 1800)
     assert recent_load(picture, 300.0) == pytest.approx(expected)
-    flat = TrafficPicture(steady + [RequestSpec(1500.0 + t, 100, 10, 100) for t in range(300)], 1800.0, "test")
-    assert recent_load(flat, 300.0) == 1.0
-    noisy = TrafficPicture(steady + [RequestSpec(1500.0 + t / 1.1, 100, 10, 100) for t in range(330)], 1800.0,
-                           "test")
-    assert recent_load(noisy, 300.0) == 1.0  # 330 against ~306 expected: within three of its ~17.5 noise
+    assert recent_load(TrafficPicture(steady + [RequestSpec(1500.0 + t, 100, 10, 100) for t in range(300)], 1800.0,
+                                      "test"), 300.0) == pytest.approx(1.0)
     assert recent_load(TrafficPicture(rising[:500], 800.0, "test"), 300.0) == 1.0  # too short to tell
     run_many, runs = _cliff_under_load(1800.0, 1.2)
     curve = replay_curve(server, picture, prior_ratio=2.0, live_ratio=0.9, run_many=run_many)
-    assert curve is not None and curve.trend == pytest.approx(expected)
-    heavier_window = 1800.0 / expected
-    assert runs[0] == (1800.0, 0.9)  # the live ratio checked on the window as observed, then all on the heavier
-    assert all(window == pytest.approx(heavier_window) or window == pytest.approx(heavier_window / 1.1)
-               for window, _ in runs[1:])
-    assert sum(1 for window, r in runs if r == 0.9 and window == pytest.approx(1800.0 / expected)) == 1
-    assert curve.width_lower >= 1.2 > 0.9  # the live ratio halves on the heavier traffic: off the plateau
+    assert curve is not None and curve.headroom == pytest.approx(expected)
+    assert [window for window, _ in runs if window < 1800.0] == pytest.approx([1800.0 / expected] * 2)
     run_many, runs = _cliff_under_load(1800.0, 1.2)
-    observed = replay_curve(server, flat, prior_ratio=2.0, live_ratio=0.9, run_many=run_many)
-    assert observed is not None and observed.trend == 1.0 and observed.width_lower < 0.9
-    run_many, _ = _cliff_under_load(1800.0, 1.2)
     capped = replay_curve(server, picture, prior_ratio=2.0, live_ratio=0.9, run_many=run_many,
-                          settings=ReplaySettings(trend_max=1.2))
-    assert capped is not None and capped.trend == pytest.approx(1.2)
-    with pytest.raises(ValueError, match="trend_max"):
-        ReplaySettings(trend_max=0.9)
+                          settings=ReplaySettings(headroom_max=1.2))
+    assert capped is not None and capped.headroom == pytest.approx(1.2)
+    with pytest.raises(ValueError, match="headroom_max"):
+        ReplaySettings(headroom=1.3, headroom_max=1.2)
 
 
 def _served(raw_of, slo_of):
