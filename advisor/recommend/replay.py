@@ -495,13 +495,32 @@ def replay_curve(
 
 
 def recent_load(picture: TrafficPicture, seconds: float) -> float:
-    """The arrival rate of the window's last `seconds` over the window's own (1.0 for a window under three times
-    that: too short to tell a trend from a burst)."""
+    """The arrival rate of the window's last `seconds` over the window's own, where the same traffic came faster:
+    1.0 when the rise is within TREND_SIGMAS of the count's Poisson noise, when the last minutes' mean request
+    (prompt and output) differs from the window's by more than TREND_CHARACTER_FACTOR (other traffic, a regime
+    shift, is not more of the same), or for a window under three times `seconds` (too short to tell a trend from
+    a burst)."""
     window = picture.window_seconds
     if window < 3 * seconds or not picture.requests:
         return 1.0
-    recent = sum(1 for request in picture.requests if request.time >= window - seconds)
-    return (recent / seconds) / (len(picture.requests) / window)
+    recent = [request for request in picture.requests if request.time >= window - seconds]
+    expected = len(picture.requests) * seconds / window
+    if len(recent) - expected <= TREND_SIGMAS * math.sqrt(expected):
+        return 1.0
+    def mean_size(requests: Sequence[RequestSpec]) -> float:
+        return sum(r.input_tokens + r.output_tokens for r in requests) / len(requests)
+
+    character = mean_size(recent) / mean_size(picture.requests)
+    if not 1.0 / TREND_CHARACTER_FACTOR <= character <= TREND_CHARACTER_FACTOR:
+        return 1.0
+    return len(recent) / expected
+
+
+# A rise of the window's last minutes' count over its expectation by more than this many of its Poisson noise's
+# standard deviations is a trend, not a draw ...
+TREND_SIGMAS = 3.0
+# ... if their mean request is within this factor of the window's (the replay's own regime-shift factor).
+TREND_CHARACTER_FACTOR = 1.33
 
 
 def heavier(picture: TrafficPicture, factor: float) -> TrafficPicture:

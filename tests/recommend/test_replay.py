@@ -194,10 +194,11 @@ def test_a_live_ratio_that_only_just_serves_the_observed_draw_is_replayed_on_hea
 
 
 def test_a_rising_rate_is_replayed_as_heavy_as_the_windows_last_minutes_came():
-    """Arrivals at 1/s for 1500 s, then 1.4/s for the last 300: the rate rises, and the traffic to come is at
-    least as heavy as the last minutes, not the window's mean. The heavier replay runs at their rate over the
-    window's (~1.33x, not the 1.1x floor), capped at headroom_max. A window under three times trend_seconds, or
-    a steady one, keeps the floor."""
+    """Arrivals at 1/s for 1500 s, then 1.4/s for the last 300 (the same requests): the rate rises, and the
+    traffic to come is at least as heavy as the last minutes, not the window's mean. The heavier replay runs at
+    their rate over the window's (~1.33x, not the 1.1x floor), capped at headroom_max. A window under three
+    times trend_seconds, a steady one, a rise within the count's noise, or other traffic (a regime shift) keeps
+    the floor."""
     server = load_server_config("default")
     steady = [RequestSpec(float(t), 100, 10, 100) for t in range(1500)]
     rising = steady + [RequestSpec(1500.0 + t / 1.4, 100, 10, 100) for t in range(420)]
@@ -207,6 +208,11 @@ def test_a_rising_rate_is_replayed_as_heavy_as_the_windows_last_minutes_came():
     assert recent_load(TrafficPicture(steady + [RequestSpec(1500.0 + t, 100, 10, 100) for t in range(300)], 1800.0,
                                       "test"), 300.0) == pytest.approx(1.0)
     assert recent_load(TrafficPicture(rising[:500], 800.0, "test"), 300.0) == 1.0  # too short to tell
+    noisy = steady + [RequestSpec(1500.0 + t / 1.1, 100, 10, 100) for t in range(330)]
+    assert recent_load(TrafficPicture(noisy, 1800.0, "test"), 300.0) == 1.0  # 330 against ~306: within its noise
+    # as many more, but documents after chat: another traffic (a regime shift), not more of the same
+    other = steady + [RequestSpec(1500.0 + t / 1.4, 30000, 500, 1000) for t in range(420)]
+    assert recent_load(TrafficPicture(other, 1800.0, "test"), 300.0) == 1.0
     run_many, runs = _cliff_under_load(1800.0, 1.2)
     curve = replay_curve(server, picture, prior_ratio=2.0, live_ratio=0.9, run_many=run_many)
     assert curve is not None and curve.headroom == pytest.approx(expected)
