@@ -74,8 +74,9 @@ class ReplaySettings:
     headroom: float = 1.1
     headroom_below_gain: float = 1.03
     # ... and at least as heavy as the window's last `trend_seconds` came (their arrival rate over the window's,
-    # at most `headroom_max`): a rising rate (a morning's ramp) brings traffic heavier than the window's mean,
-    # and a live ratio the mean spares can fail it. A window under three times `trend_seconds` shows no trend.
+    # at most `headroom_max`), where that is a trend (`recent_load`: beyond the count's noise, the same traffic):
+    # a rising rate (a morning's ramp) brings traffic heavier than the window's mean, and a live ratio the mean
+    # spares can fail it. A window under three times `trend_seconds` shows no trend.
     trend_seconds: float = 300.0
     headroom_max: float = 1.5
 
@@ -507,6 +508,7 @@ def recent_load(picture: TrafficPicture, seconds: float) -> float:
     expected = len(picture.requests) * seconds / window
     if len(recent) - expected <= TREND_SIGMAS * math.sqrt(expected):
         return 1.0
+
     def mean_size(requests: Sequence[RequestSpec]) -> float:
         return sum(r.input_tokens + r.output_tokens for r in requests) / len(requests)
 
