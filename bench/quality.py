@@ -548,11 +548,10 @@ def cases(args: argparse.Namespace) -> list[Case]:
     heldout = sorted(path.stem for path in HELDOUT_DIR.glob("*.yaml"))
     out = []
     for seed in args.seeds:
-        for server, (_factor, names) in SERVERS.items():
+        for server, (_factor, suite) in SERVERS.items():
             if servers is not None and server not in servers:
                 continue
-            if args.heldout:
-                names = tuple(heldout) if server in HELDOUT_SERVERS else ()
+            names = suite if not args.heldout else tuple(heldout) if server in HELDOUT_SERVERS else ()
             for shape in names:
                 if shapes is None or shape in shapes:
                     out.append(Case(shape, server, seed))

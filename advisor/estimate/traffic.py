@@ -860,13 +860,15 @@ class TrafficEstimator:
 
     def _mature_from(self, bins: Sequence[TrafficBin], with_lengths: Sequence[int]) -> int:
         """The first bin whose finishes can hold the traffic's long requests: 0 unless the server process began
-        serving so recently that the window's first bins cannot. A request of output o stays about o / (mean
-        output) times the mean stay (Little: mean in system / arrival rate); finishes in the first such stay after
-        the server began hold none of the requests longer than that, and drawing the arrivals' lengths there from
-        them gives a long-output traffic a lighter tail than it has (heavy-tailed answers on TP8: their mean 2037
-        against 2484 in a window's first third, 2594 in its last). When the process began is dated from the
-        requests it had taken in at the first scrape and the window's arrival rate. The tail is the 99th
-        percentile of the window's generation histogram (itself short of the longest: a lower bound)."""
+        serving so recently that the window's first bins cannot. When the process began is dated from the
+        requests it had taken in at the first scrape and the window's arrival rate. A long request finishes a
+        long stay after that: where the queue is shown, its wait (the bin's queued over the arrival rate: fcfs,
+        short and long requests wait alike) plus a long run (the mean run, running over the finish rate, times
+        the tail over the mean output); else the whole stay (Little: mean in system over the arrival rate)
+        stretched by the tail. Finishes before then hold none of the long requests, and drawing the arrivals'
+        lengths from them gives a long-output traffic a lighter tail than it has (heavy-tailed answers on TP8:
+        their mean 2037 against 2484 in a window's first third). The tail is the 99th percentile of the window's
+        generation histogram (itself short of the longest: a lower bound)."""
         if self.served_at_baseline is None or not with_lengths:
             return 0
         window = bins[-1].end - bins[0].start
@@ -888,21 +890,18 @@ class TrafficEstimator:
         tail = bounds[min(tail_bucket, len(bounds) - 1)]
         if not math.isfinite(tail):
             tail = 2.0 * bounds[-2] if len(bounds) > 1 else mean_output
+        stretch = tail / max(mean_output, 1.0)
         finish_rate = sum(b.finished for b in bins) / window
-        if all(b.queued_at_start is not None for b in bins) and finish_rate > 0:
-            # Only the run scales with the output: a queue holds short and long requests alike (fcfs), so the
-            # wait the bin's queue stands for is added once, not stretched with the tail
+        queue_shown = all(b.queued_at_start is not None for b in bins) and finish_rate > 0
+        if queue_shown:
             running = float(np.mean([max(0.0, b.in_system_at_start - (b.queued_at_start or 0.0)) for b in bins]))
-            long_run = running / finish_rate * tail / max(mean_output, 1.0)
-            for index in with_lengths:
-                if bins[index].start - began >= (bins[index].queued_at_start or 0.0) / rate + long_run:
-                    return index
+            long_run = running / finish_rate * stretch
         else:
-            stay = float(np.mean([b.in_system_at_start for b in bins])) / rate
-            matures_at = began + stay * tail / max(mean_output, 1.0)
-            for index in with_lengths:
-                if bins[index].start >= matures_at:
-                    return index
+            long_run = float(np.mean([b.in_system_at_start for b in bins])) / rate * stretch
+        for index in with_lengths:
+            wait = (bins[index].queued_at_start or 0.0) / rate if queue_shown else 0.0
+            if bins[index].start - began >= wait + long_run:
+                return index
         # none has matured: the window's last third is the nearest to it
         return next((i for i in with_lengths if bins[i].start >= bins[0].start + window * 2 / 3), with_lengths[-1])
 
