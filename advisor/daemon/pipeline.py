@@ -180,6 +180,19 @@ class ServerResult:
     view: ServerView
 
 
+# What a checkpoint keeps of the last recommendation: what the next one's hysteresis and kept moves read.
+KEPT_DECISION_FIELDS = ("decision", "reason_code", "ratio", "ratio_lower", "ratio_upper", "predicted_goodput_gain_ratio")
+MOVE_OR_HOLD = ("hold", "raise_ratio", "lower_ratio")
+
+
+def _number_or_none(value: object) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{value!r} is not a number")
+    return float(value)
+
+
 class ServerState:
     """What one server's cycles learn and the checkpoint keeps: the workload estimate, the traffic and step times
     the what-if replay replays, the error totals, whether request logs feed it, the last success."""
@@ -281,13 +294,50 @@ class ServerPipeline:
     # -- checkpoint -----------------------------------------------------------------------------------
 
     def state(self) -> dict[str, Any]:
-        return {**self.server_state.to_dict(), "followers": self.source.state()}
+        state = {**self.server_state.to_dict(), "followers": self.source.state()}
+        if self.replay_result is not None and self.replay_time is not None:
+            # A restart reuses the curve until its replay is due (or a cycle's budget reaches it), rather than
+            # answering from the closed form meanwhile: the advice does not flip because the daemon restarted.
+            state["replay"] = {"curve": self.replay_result.to_dict(), "time": self.replay_time,
+                               "live_ratio": self.replay_live_ratio, "context": self.replay_context}
+        previous = self.last_recommendation
+        if previous is not None and previous.ratio is not None and previous.decision in MOVE_OR_HOLD:
+            # ... and the last decision keeps its hysteresis: a move advised before the restart stands as it would have
+            state["last_decision"] = {name: getattr(previous, name) for name in KEPT_DECISION_FIELDS}
+        return state
 
     def restore(self, saved: dict[str, Any]) -> None:
         if not self.server_state.restore(saved, self.name):
             return
         followers = saved.get("followers", {})
         self.source.restore(followers if isinstance(followers, dict) else {})
+        try:
+            self._restore_decision(saved)
+        except (KeyError, TypeError, ValueError) as exc:
+            self.replay_result = self.replay_time = self.last_recommendation = None
+            self.ledger.count("checkpoint", f"checkpoint for {self.name}: last curve unusable ({exc}); replaying afresh")
+
+    def _restore_decision(self, saved: dict[str, Any]) -> None:
+        replay = saved.get("replay")
+        if isinstance(replay, dict):
+            curve = ReplayCurve.from_dict(replay["curve"])
+            when = replay["time"]
+            if not isinstance(when, (int, float)):
+                raise ValueError(f"replay time {when!r} is not a number")
+            self.replay_result, self.replay_time = curve, float(when)
+            self.replay_live_ratio = _number_or_none(replay.get("live_ratio"))
+            self.replay_context = _number_or_none(replay.get("context"))
+        decision = saved.get("last_decision")
+        if isinstance(decision, dict):
+            kind, code, ratio = decision.get("decision"), decision.get("reason_code"), decision.get("ratio")
+            if kind not in MOVE_OR_HOLD or not isinstance(code, str) or _number_or_none(ratio) is None:
+                raise ValueError(f"last decision {kind!r} at r {ratio!r} is not one")
+            self.last_recommendation = Recommendation(
+                decision=str(kind), reason="restored from the checkpoint", reason_code=code,
+                ratio=_number_or_none(ratio), ratio_lower=_number_or_none(decision.get("ratio_lower")),
+                ratio_upper=_number_or_none(decision.get("ratio_upper")),
+                predicted_goodput_gain_ratio=_number_or_none(decision.get("predicted_goodput_gain_ratio")),
+            )
 
     # -- the cycle ------------------------------------------------------------------------------------
 

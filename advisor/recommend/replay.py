@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
 
 import numpy as np
 
@@ -185,6 +186,24 @@ class ReplayCurve:
     @property
     def width_ratio(self) -> float:
         return self.width_upper / self.width_lower if self.width_lower > 0 else math.inf
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for the checkpoint: a restart reuses the curve until its replay is due again."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, saved: dict[str, Any]) -> ReplayCurve:
+        """The curve `to_dict` wrote (ValueError, KeyError or TypeError on anything else)."""
+        known = {f.name for f in fields(cls)}
+        values = {name: value for name, value in saved.items() if name in known}
+        points = [CurvePoint(**point) for point in values.pop("points")]
+        if not points or any(not isinstance(p.ratio, (int, float)) or not isinstance(p.goodput, (int, float))
+                             for p in points):
+            raise ValueError("a replay curve needs points with numeric ratio and goodput")
+        curve = cls(points=points, **values)
+        if not isinstance(curve.chosen_ratio, (int, float)) or not curve.chosen_ratio > 0:
+            raise ValueError(f"replay curve: chosen_ratio {curve.chosen_ratio!r} is not a positive number")
+        return curve
 
 
 def _gain(chosen: float | None, live: float | None) -> float | None:

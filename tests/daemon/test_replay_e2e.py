@@ -2,6 +2,8 @@
 picture fills from request logs or, without them, from /metrics alone; the step-time fit finds the emulated
 server's own costs; the recommendation then comes from the replayed curve."""
 
+import json
+
 import numpy as np
 import pytest
 from test_daemon_e2e import cycles, make_advisor
@@ -49,5 +51,51 @@ def test_the_daemon_replays_the_observed_traffic(tmp_path, request_logs):
             sent = [r.input_tokens for r in load_workload("demo").requests(0, clock.time() - server_start)]
             assert np.mean([p.tokens for p in prompts]) == pytest.approx(np.mean(sent), rel=0.1)
         advisor.close()
+    finally:
+        server.stop()
+
+
+def test_a_restart_keeps_the_last_curve_and_decision_until_its_replay_is_due(tmp_path):
+    """The checkpoint holds the last replayed curve and decision: a restarted advisor answers from that curve (not
+    from the closed form) until its next replay is due, and a curve it cannot read is counted and replayed afresh."""
+    clock = ManualClock()
+    log_path = tmp_path / "sglang.log"
+    server = EmulatedServer(load_server_config("default"), load_workload("demo"), log_path=str(log_path),
+                            request_log_path=str(log_path), clock=clock)
+    server.start()
+    try:
+        advisor = make_advisor(server.url, log_path, tmp_path, clock)
+        before = cycles(advisor, server, clock, 24).recommendation
+        curve = advisor.pipelines[0].replay_result
+        assert before.decision == "raise_ratio" and curve is not None, before.reason
+        advisor.save_checkpoint()
+        advisor.close()
+
+        # the next replay is an hour away: the restart's cycles answer from the checkpoint's curve
+        restarted = make_advisor(server.url, log_path, tmp_path, clock, replay_interval_seconds=3600.0)
+        assert restarted.load_checkpoint() is None
+        pipeline = restarted.pipelines[0]
+        assert pipeline.replay_result == curve
+        kept = pipeline.last_recommendation
+        assert kept is not None and (kept.decision, kept.ratio) == (before.decision, before.ratio)
+        after = cycles(restarted, server, clock, 2).recommendation
+        restarted.close()
+        assert after.replay_source == before.replay_source and after.goodput_curve == before.goodput_curve
+        assert (after.decision, after.ratio) == (before.decision, pytest.approx(before.ratio)), after.reason
+
+        # a garbled curve costs the curve only: the estimate is restored, the error counted, the replay runs again
+        saved = json.loads((tmp_path / "ckpt.json").read_text())
+        entry = saved["state"]["targets"]["emu"]
+        entry["replay"]["curve"]["points"] = "garbled"
+        (tmp_path / "ckpt.json").write_text(json.dumps(saved))
+        garbled = make_advisor(server.url, log_path, tmp_path, clock)
+        assert garbled.load_checkpoint() is None
+        pipeline = garbled.pipelines[0]
+        assert pipeline.server_state.restored and pipeline.replay_result is None
+        assert pipeline.errors_total.get("checkpoint") == 1
+        assert any("last curve unusable" in message for message in pipeline.ledger.messages)
+        again = cycles(garbled, server, clock, 1).recommendation
+        garbled.close()
+        assert again.replay_source == before.replay_source and again.decision == before.decision, again.reason
     finally:
         server.stop()

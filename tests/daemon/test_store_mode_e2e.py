@@ -346,9 +346,9 @@ def test_a_restart_resumes_from_the_checkpoint_and_reads_the_store_only_since(fl
         assert status.workload.requests_observed >= previous.workload.requests_observed
         rec, was = status.recommendation, previous.recommendation
         assert rec.ratio is not None and was is not None and was.ratio is not None
-        # The what-if curve is not checkpointed: the restart replays the same traffic afresh (another random
-        # draw of the lengths), so its plateau may move by the replay's noise (and a gain near the 3% threshold
-        # may turn a hold into a move): the ratio stays on the band it had, or near it.
+        # Where the restart's replay is due (and the cycle's budget reaches it), it replays the same traffic afresh
+        # (another random draw of the lengths), so its plateau may move by the replay's noise (and a gain near
+        # the 3% threshold may turn a hold into a move): the ratio stays on the band it had, or near it.
         was_band = (was.ratio, *(was.goodput_plateau or (was.ratio_lower, was.ratio_upper)))
         rec_band = (rec.ratio, *(rec.goodput_plateau or (rec.ratio_lower, rec.ratio_upper)))
         # Two holds whose plateaus overlap are the same advice (keep what runs), wherever the prior fell inside
@@ -358,6 +358,35 @@ def test_a_restart_resumes_from_the_checkpoint_and_reads_the_store_only_since(fl
                      and max(was_band[1], rec_band[1]) <= min(was_band[2], rec_band[2]))
         assert same_ratio(was_band, rec_band, True) or both_hold or rec.ratio == pytest.approx(was.ratio, rel=0.35), (
             server, was.reason, rec.reason)
+
+
+def test_a_restart_whose_replays_the_budget_defers_answers_from_the_checkpoints_curves(
+        fleet: Fleet, tmp_path: Path) -> None:
+    """A restarted advisor whose cycle has no replay budget left for a server answers from the curve the
+    checkpoint holds, never from the closed form: the advice does not flip because the daemon restarted."""
+    saved = {**store_config(fleet.prometheus), "checkpoint_path": str(tmp_path / "state.json")}
+    cold = Advisor(config_from_dict(saved))
+    try:
+        cold.run_cycle(timeout=60.0)
+        before = {s.server: s.recommendation for s in cold.run_cycle(timeout=20.0)}
+    finally:
+        cold.close()
+    restarted = Advisor(config_from_dict({**saved, "replay_budget_seconds": 0}))
+    try:
+        assert restarted.load_checkpoint() is None
+        first = {s.server: s.recommendation for s in restarted.run_cycle(timeout=60.0)}
+        (store_fleet,) = restarted.fleets
+        budget = store_fleet.last_replay_budget
+    finally:
+        restarted.close()
+    # no replay ran: each server's curve was either not yet due or deferred, and came from the checkpoint
+    assert budget is not None and budget.ran == 0, (budget.ran, budget.deferred)
+    assert set(first) == set(before) == set(fleet.direct)
+    for server, rec in first.items():
+        was = before[server]
+        assert was is not None and was.replay_source and rec is not None
+        assert rec.replay_source == was.replay_source and rec.goodput_curve == was.goodput_curve, (server, rec.reason)
+        assert rec.decision == was.decision and rec.ratio == pytest.approx(was.ratio), (server, was.reason, rec.reason)
 
 
 def test_the_replays_of_a_fleet_share_one_budget_oldest_first(fleet: Fleet) -> None:
