@@ -546,6 +546,12 @@ class ServerPipeline:
             return self.replay_result
         if budget is not None and not budget.allows():  # before the inputs too: building them costs as well
             budget.deferred += 1
+            if self.replay_result is None:
+                needed, seen = self.config.replay_min_window_seconds, picture.summary.history_seconds
+                if seen < needed:
+                    picture.replay_warming_up = (seen, needed)
+                else:
+                    picture.replay_deferred = True
             return self.replay_result
         started = time.monotonic()
         replayed = False

@@ -98,6 +98,9 @@ class WorkloadPicture:
     # The replay runs but has seen less traffic than it needs: wait for it rather than decide on the prior alone
     # and change the decision once it speaks (seconds of traffic seen, needed).
     replay_warming_up: tuple[float, float] | None = None
+    # The replay is due but the cycle's replay budget went to other servers before its first curve: the closed
+    # form answers (and says so) until a later cycle replays it.
+    replay_deferred: bool = False
 
 
 def prior_ratio(model: ServerModel, picture: WorkloadPicture, settings: RecommenderSettings) -> float | None:
@@ -321,6 +324,9 @@ def _recommend(
     else:
         rec.ratio_lower = target * math.exp(-band)
         rec.ratio_upper = target * math.exp(band)
+        if picture.replay_deferred:
+            notes.append("the what-if replay has not reached this server yet (the cycle's replay budget went to "
+                         "others first): the closed form answers until a later cycle replays it")
     rec.ratio = target
     rec.bias = factor - 1.0
     rec.ratio_drift = math.log(live_ratio / target) if live_ratio else None

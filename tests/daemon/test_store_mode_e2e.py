@@ -367,8 +367,11 @@ def test_a_restart_whose_replays_the_budget_defers_answers_from_the_checkpoints_
     saved = {**store_config(fleet.prometheus), "checkpoint_path": str(tmp_path / "state.json")}
     cold = Advisor(config_from_dict(saved))
     try:
-        cold.run_cycle(timeout=60.0)
-        before = {s.server: s.recommendation for s in cold.run_cycle(timeout=20.0)}
+        (cold_fleet,) = cold.fleets
+        for _ in range(len(fleet.direct) + 1):  # the budget replays at least one server a cycle
+            before = {s.server: s.recommendation for s in cold.run_cycle(timeout=60.0)}
+            if all(p.replay_result is not None for p in cold_fleet.pipelines.values()):
+                break
     finally:
         cold.close()
     restarted = Advisor(config_from_dict({**saved, "replay_budget_seconds": 0}))
@@ -397,10 +400,15 @@ def test_the_replays_of_a_fleet_share_one_budget_oldest_first(fleet: Fleet) -> N
     try:
         (store_fleet,) = advisor.fleets
         for _ in range(len(fleet.direct)):
-            advisor.run_cycle(timeout=60.0)
+            cycle = {status.server: status.recommendation for status in advisor.run_cycle(timeout=60.0)}
             budget = store_fleet.last_replay_budget
             assert budget is not None and budget.ran == 1, (budget.ran, budget.deferred)
             replayed.append({name for name, p in store_fleet.pipelines.items() if p.replay_time is not None})
+            # a server the budget has not reached yet answers from the closed form, and says so
+            for name, rec in cycle.items():
+                waiting = name not in replayed[-1]
+                assert rec is not None and rec.replay_source is None if waiting else rec.replay_source, (name, rec)
+                assert waiting == any("replay has not reached this server" in note for note in rec.notes), rec.notes
         statuses = {s.server: s for s in advisor.run_cycle(timeout=60.0)}
     finally:
         advisor.close()
