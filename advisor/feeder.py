@@ -258,16 +258,41 @@ def step_samples_from_log(intervals: Iterable[DecodeInterval], steps: int = DEFA
     return out
 
 
-def step_samples_from_metrics(observation: MetricsObservation, steps: int = DEFAULT_DECODE_LOG_INTERVAL) -> list[StepSample]:
-    """The running / KV / gen-throughput gauges of each DP rank as step-time samples (no prefill features: the
-    gauges do not say what ran between two decode lines)."""
+def step_samples_from_metrics(observation: MetricsObservation, delta: ObservationDelta,
+                              previous: MetricsObservation | None,
+                              steps: int = DEFAULT_DECODE_LOG_INTERVAL) -> list[StepSample]:
+    """The running / KV / gen-throughput gauges of each DP rank as step-time samples. SGLang's gen throughput
+    divides the tokens decoded by the wall time since the previous decode line, prefill batches run between them
+    included; without the prefill lines, the scrape interval stands for what ran per decode step: a rank admitted
+    its share of the requests that finished plus its running batch's growth since the `previous` scrape, each
+    with the interval's mean prompt less the cached tokens, over the decode steps its share of the generated
+    tokens took at its batch (never over the step time the gauge implies: a feature made of the measured time
+    would fit the time itself). A scrape with no interval behind it (the first, a restart) gives no sample: its
+    prefills are unknown and would read as decode time. Where the counters are not shown, a sample has no
+    prefill features and its step time holds the prefills."""
+    if previous is None or delta.since_start or delta.restarted or not delta.interval_seconds:
+        return []
+    ranks = len(observation.ranks)
+    per_request = None  # prefill tokens an admission brings
+    if delta.requests and delta.requests > 0 and delta.prompt_tokens is not None and delta.generation_tokens:
+        per_request = max(0.0, delta.prompt_tokens - (delta.cached_tokens or 0.0)) / delta.requests
+    before = {rank.dp_rank: rank.running_requests for rank in previous.ranks}
     out = []
     for rank in observation.ranks:
-        if rank.gen_throughput is None or not rank.running_requests:
+        if not rank.gen_throughput or not rank.running_requests:
             continue
+        accept = float(rank.spec_accept_length or 1.0)
+        prefill_batches = prefill_tokens = 0.0
+        was = before.get(rank.dp_rank)
+        if per_request is not None and delta.requests and delta.generation_tokens and was is not None:
+            admitted = max(0.0, delta.requests / ranks + rank.running_requests - was)
+            decode_steps = delta.generation_tokens / ranks / (rank.running_requests * accept)
+            prefill_batches = admitted / decode_steps * steps
+            prefill_tokens = prefill_batches * per_request
         out.append(StepSample(batch=float(rank.running_requests), kv_tokens=float(rank.kv_used_tokens or 0),
                               gen_throughput=float(rank.gen_throughput), steps=float(steps),
-                              accept_length=float(rank.spec_accept_length or 1.0)))
+                              prefill_batches=prefill_batches, prefill_tokens=prefill_tokens, accept_length=accept,
+                              prefill_read=False))
     return out
 
 

@@ -438,7 +438,7 @@ class ServerPipeline:
         self.last_scrape_now = now
         delta = self.counters.diff(observation, now=now, interval_seconds=interval)
         report.metrics, report.delta = observation, delta
-        first = self.previous is None
+        first, before = self.previous is None, self.previous
         self.previous = observation
         if delta.restarted:
             self.info_due = True
@@ -454,7 +454,7 @@ class ServerPipeline:
         self.estimator.observe_scrape(now, sample)
         observe_traffic_interval(self.server_state.traffic, now, delta, sample)
         if not self.uses_decode_lines:
-            self.server_state.step_time.observe(now, step_samples_from_metrics(observation))
+            self.server_state.step_time.observe(now, step_samples_from_metrics(observation, delta, before))
         return True
 
     def _refresh_server_info(self) -> None:

@@ -26,6 +26,8 @@ CHECKPOINT_VERSION = 1
 # Features of one sample, per decode step: 1, batch, KV tokens, prefill batches and prefill tokens per step.
 FEATURES = ("decode_base_seconds", "decode_per_request_seconds", "decode_per_kv_token_seconds",
             "prefill_base_seconds", "prefill_per_token_seconds")
+# The features before the prefill ones (decode base, per request, per KV token).
+PREFILL_FEATURES = 3
 # The pull toward the scaled default, relative to the data's own weight (trace of the normal matrix).
 RIDGE = 0.002
 # A fitted coefficient stays within this factor of the scaled default.
@@ -44,6 +46,9 @@ class StepSample:
     prefill_batches: float = 0.0
     prefill_tokens: float = 0.0
     accept_length: float = 1.0  # speculative decoding: tokens accepted per request per verify step
+    # Whether the prefill features were read (the prefill lines between two decode lines) or estimated from the
+    # scrape interval's counters, whose per-interval noise would hide the prefill costs in the decode ones.
+    prefill_read: bool = True
 
 
 @dataclass(frozen=True)
@@ -68,6 +73,7 @@ class StepTimeEstimator:
         self.moment = np.zeros(size)  # sum of w * z y
         self.weight = 0.0
         self.accept_sum = 0.0  # decayed with the weight: the mean accept length of the samples
+        self.estimated_weight = 0.0  # ... and the weight of the samples whose prefill features were estimated
         self.last_time: float | None = None
 
     def _prior_vector(self) -> np.ndarray:
@@ -80,6 +86,7 @@ class StepTimeEstimator:
             self.moment *= factor
             self.weight *= factor
             self.accept_sum *= factor
+            self.estimated_weight *= factor
         self.last_time = now if self.last_time is None else max(self.last_time, now)
 
     def observe(self, now: float, samples: list[StepSample]) -> int:
@@ -107,6 +114,7 @@ class StepTimeEstimator:
             self.moment += w * z * seconds_per_step
             self.weight += 1.0
             self.accept_sum += accept
+            self.estimated_weight += 0.0 if sample.prefill_read else 1.0
             used += 1
         return used
 
@@ -124,8 +132,16 @@ class StepTimeEstimator:
         if not math.isfinite(scale) or scale <= 0:
             return None
         ridge = RIDGE * float(np.trace(self.normal)) / len(FEATURES)
+        # Prefill features estimated from counters are too noisy to fit (the regression would shrink their costs
+        # into the decode ones): the prefill costs keep the default's shape at the overall scale, and the decode
+        # costs are fitted to what the step time leaves.
+        free = np.arange(len(FEATURES)) if self.estimated_weight <= 0.5 * self.weight else np.arange(PREFILL_FEATURES)
+        theta = scale * ones
+        fixed = np.setdiff1d(np.arange(len(FEATURES)), free)
         try:
-            theta = np.linalg.solve(self.normal + ridge * np.eye(len(FEATURES)), self.moment + ridge * scale * ones)
+            normal = self.normal[np.ix_(free, free)] + ridge * np.eye(len(free))
+            moment = self.moment[free] - self.normal[np.ix_(free, fixed)] @ theta[fixed] + ridge * scale * ones[free]
+            theta[free] = np.linalg.solve(normal, moment)
         except np.linalg.LinAlgError:
             theta = scale * ones
         theta = np.clip(theta, scale / COEFFICIENT_RANGE, scale * COEFFICIENT_RANGE)
@@ -154,6 +170,7 @@ class StepTimeEstimator:
             "moment": self.moment.tolist(),
             "weight": self.weight,
             "accept_sum": self.accept_sum,
+            "estimated_weight": self.estimated_weight,
             "last_time": self.last_time,
         }
 
@@ -171,6 +188,7 @@ class StepTimeEstimator:
         estimator.normal, estimator.moment = normal, moment
         estimator.weight = float(data["weight"])
         estimator.accept_sum = float(data.get("accept_sum", data["weight"]))
+        estimator.estimated_weight = float(data.get("estimated_weight", 0.0))
         last = data["last_time"]
         estimator.last_time = None if last is None else float(last)
         return estimator

@@ -6,8 +6,10 @@ import json
 
 import numpy as np
 import pytest
-from test_daemon_e2e import cycles, make_advisor
+from test_daemon_e2e import STEP_SECONDS, cycles, make_advisor
 
+from advisor.config import config_from_dict
+from advisor.daemon.runner import Advisor
 from advisor.scheduler.costmodel import CostModel
 from advisor.sim.clock import ManualClock
 from advisor.sim.config import load_server_config
@@ -99,3 +101,27 @@ def test_a_restart_keeps_the_last_curve_and_decision_until_its_replay_is_due(tmp
         assert again.replay_source == before.replay_source and again.decision == before.decision, again.reason
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("server_config", ["default", "single-gpu-moe"])
+def test_without_logs_the_gauges_give_the_decode_step_time_less_the_prefills(tmp_path, server_config):
+    """`gen_throughput` holds the prefills run between two decode lines: from /metrics alone, the scrape interval's
+    admissions stand for them, so the decode costs fitted are the server's own at the batch it ran (where they
+    once held the prefills too, ~25% over, and a replay then stepped every prefill twice)."""
+    clock = ManualClock()
+    config = load_server_config(server_config)
+    server = EmulatedServer(config, load_workload("steady-chat"), log_path=str(tmp_path / "sglang.log"), clock=clock)
+    server.start()
+    try:
+        advisor = Advisor(config_from_dict({
+            "targets": [{"name": "emu", "url": server.url}], "interval_seconds": STEP_SECONDS, "timeout_seconds": 5.0,
+            "replay_min_window_seconds": 300.0}), wall_clock=clock.time)
+        rec = cycles(advisor, server, clock, 24).recommendation
+        advisor.close()
+    finally:
+        server.stop()
+    assert rec.replay_source == "metrics" and not advisor.pipelines[0].uses_decode_lines
+    fitted = CostModel(**rec.step_time_coefficients)
+    batch, kv_tokens = rec.predicted_max_running_requests_live, 1e5
+    assert fitted.decode_linear(batch, kv_tokens, 0.0)[0] == pytest.approx(
+        config.cost.decode_linear(batch, kv_tokens, 0.0)[0], rel=0.08)

@@ -88,3 +88,35 @@ def test_speculative_decoding_is_fitted_per_verify_pass():
     assert fit is not None and fit.cost.spec_accept_length == pytest.approx(3.0)
     for name in ("decode_base_seconds", "decode_per_request_seconds", "decode_per_kv_token_seconds"):
         assert getattr(fit.cost, name) == pytest.approx(getattr(truth, name), rel=0.1), name
+
+
+def test_prefills_estimated_from_counters_keep_the_defaults_shape_and_leave_the_decode_costs_right():
+    """Prefill features estimated per scrape interval are noisy (the interval is not the decode line's): fitted
+    freely, their costs shrink into the decode ones; marked as estimated, the prefill costs keep the default's
+    shape at the fitted speed and the decode step is the server's own."""
+    default = CostModel()  # a server half as fast again as the default, in every part
+    truth = dataclasses.replace(default, **{name: 1.5 * getattr(default, name) for name in (
+        "decode_base_seconds", "decode_per_request_seconds", "prefill_base_seconds", "prefill_per_token_seconds")})
+    rng = np.random.default_rng(5)
+
+    def samples(read: bool) -> list[StepSample]:
+        out = []
+        for _ in range(300):
+            batch, steps = float(rng.integers(45, 52)), 40.0
+            ran = float(rng.poisson(6.0))  # prefills the decode line's interval held
+            estimated = 6.0 * float(rng.uniform(0.7, 1.3))  # what the scrape interval's counters say
+            decode = truth.decode_base_seconds + truth.decode_per_request_seconds * batch
+            seconds = decode + ran * (truth.prefill_base_seconds + 1200 * truth.prefill_per_token_seconds) / steps
+            out.append(StepSample(batch=batch, kv_tokens=1e5, gen_throughput=batch / seconds, steps=steps,
+                                  prefill_batches=estimated, prefill_tokens=1200 * estimated, prefill_read=read))
+        return out
+
+    def decode_error(read: bool) -> float:
+        estimator = StepTimeEstimator()
+        estimator.observe(0.0, samples(read))
+        fit = estimator.fit()
+        assert fit is not None
+        return fit.cost.decode_linear(50, 1e5, 0.0)[0] / truth.decode_linear(50, 1e5, 0.0)[0] - 1.0
+
+    assert abs(decode_error(read=False)) < 0.05
+    assert decode_error(read=True) > 0.1  # what a free fit of the same samples makes of them

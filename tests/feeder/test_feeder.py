@@ -275,3 +275,30 @@ def test_the_decode_lines_give_the_servers_own_prefill_and_decode_costs():
     # a batch's fixed cost is the least determined (few prefills per interval): within 40%, where the current
     # line's batch alone (no mean with the previous line's) reads it at nearly twice the server's
     assert fit.cost.prefill_base_seconds == pytest.approx(server.cost.prefill_base_seconds, rel=0.4)
+
+
+def test_the_gauges_step_samples_carry_the_scrape_intervals_prefills():
+    """From /metrics alone, a rank's sample carries the prefills its decode line's interval held: its share of the
+    requests that finished plus its batch's growth, at the interval's mean uncached prompt, per decode step its
+    share of the generated tokens took; a scrape with no interval behind it gives none."""
+    from advisor.estimate.deltas import diff_counters
+    from advisor.feeder import step_samples_from_metrics
+    from advisor.sources.metrics import MetricsObservation, RankMetrics
+
+    def scrape(running: tuple[int, int], requests: float, prompt: float, cached: float, generated: float):
+        ranks = [RankMetrics(dp_rank=i, running_requests=n, gen_throughput=n / 0.025, kv_used_tokens=1e5)
+                 for i, n in enumerate(running)]
+        return MetricsObservation(ranks=ranks, requests_total=requests, prompt_tokens_total=prompt,
+                                  cached_tokens_total=cached, generation_tokens_total=generated)
+
+    before = scrape((40, 50), 1000, 1.0e6, 2.0e5, 3.0e5)
+    # 20 s: 100 requests finished (120,000 prompt tokens, 20,000 cached), 40,000 tokens generated over two ranks
+    after = scrape((50, 50), 1100, 1.12e6, 2.2e5, 3.4e5)
+    assert step_samples_from_metrics(after, diff_counters(None, after), None) == []  # no interval behind it
+    samples = step_samples_from_metrics(after, diff_counters(before, after, interval_seconds=20.0), before, steps=40)
+    grown, steady = samples
+    # rank 0 admitted 50 + 10, over 20,000 / 50 = 400 decode steps; rank 1 admitted 50 over as many
+    assert grown.prefill_batches == pytest.approx(60 / 400 * 40)
+    assert steady.prefill_batches == pytest.approx(50 / 400 * 40)
+    assert grown.prefill_tokens == pytest.approx(grown.prefill_batches * 1000)  # (120,000 - 20,000) / 100
+    assert not grown.prefill_read and grown.steps == 40 and grown.batch == 50
