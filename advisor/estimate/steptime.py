@@ -74,6 +74,10 @@ class StepTimeEstimator:
         self.weight = 0.0
         self.accept_sum = 0.0  # decayed with the weight: the mean accept length of the samples
         self.estimated_weight = 0.0  # ... and the weight of the samples whose prefill features were estimated
+        # Decayed sums of the step time and of the default's time for the same sample (the prior-scaled features):
+        # their ratio is the overall speed where the features are noisy (a regression on them would attenuate it).
+        self.time_sum = 0.0
+        self.default_time_sum = 0.0
         self.last_time: float | None = None
 
     def _prior_vector(self) -> np.ndarray:
@@ -87,6 +91,8 @@ class StepTimeEstimator:
             self.weight *= factor
             self.accept_sum *= factor
             self.estimated_weight *= factor
+            self.time_sum *= factor
+            self.default_time_sum *= factor
         self.last_time = now if self.last_time is None else max(self.last_time, now)
 
     def observe(self, now: float, samples: list[StepSample]) -> int:
@@ -108,13 +114,18 @@ class StepTimeEstimator:
             features = np.asarray([1.0, sample.batch, sample.kv_tokens, sample.prefill_batches / sample.steps,
                                    sample.prefill_tokens / sample.steps])
             z = features * prior
-            # Relative errors: a step of 5 ms and one of 200 ms count alike.
-            w = 1.0 / max(seconds_per_step, 1e-6) ** 2
+            # Relative errors: a step of 5 ms and one of 200 ms count alike. Relative to the default's time for the
+            # sample where the prefills are estimated: the step time then swings with the prefills the interval
+            # happened to hold, and weighing by it would favour the intervals that held none.
+            expected = seconds_per_step if sample.prefill_read else float(z.sum())
+            w = 1.0 / max(expected, 1e-6) ** 2
             self.normal += w * np.outer(z, z)
             self.moment += w * z * seconds_per_step
             self.weight += 1.0
             self.accept_sum += accept
             self.estimated_weight += 0.0 if sample.prefill_read else 1.0
+            self.time_sum += seconds_per_step
+            self.default_time_sum += float(z.sum())
             used += 1
         return used
 
@@ -128,14 +139,19 @@ class StepTimeEstimator:
         denominator = float(ones @ self.normal @ ones)
         if denominator <= 0:
             return None
-        scale = float(ones @ self.moment) / denominator
+        # Prefill features estimated from counters are too noisy to fit (the regression would shrink their costs
+        # into the decode ones): the prefill costs keep the default's shape at the overall speed, taken as the
+        # ratio of the step times to the default's (a regression on noisy features would read it fast), and the
+        # decode costs are fitted to what the step time leaves.
+        estimated = self.estimated_weight > 0.5 * self.weight
+        if estimated and self.default_time_sum > 0:
+            scale = self.time_sum / self.default_time_sum
+        else:
+            scale = float(ones @ self.moment) / denominator
         if not math.isfinite(scale) or scale <= 0:
             return None
         ridge = RIDGE * float(np.trace(self.normal)) / len(FEATURES)
-        # Prefill features estimated from counters are too noisy to fit (the regression would shrink their costs
-        # into the decode ones): the prefill costs keep the default's shape at the overall scale, and the decode
-        # costs are fitted to what the step time leaves.
-        free = np.arange(len(FEATURES)) if self.estimated_weight <= 0.5 * self.weight else np.arange(PREFILL_FEATURES)
+        free = np.arange(PREFILL_FEATURES) if estimated else np.arange(len(FEATURES))
         theta = scale * ones
         fixed = np.setdiff1d(np.arange(len(FEATURES)), free)
         try:
@@ -171,6 +187,8 @@ class StepTimeEstimator:
             "weight": self.weight,
             "accept_sum": self.accept_sum,
             "estimated_weight": self.estimated_weight,
+            "time_sum": self.time_sum,
+            "default_time_sum": self.default_time_sum,
             "last_time": self.last_time,
         }
 
@@ -189,6 +207,8 @@ class StepTimeEstimator:
         estimator.weight = float(data["weight"])
         estimator.accept_sum = float(data.get("accept_sum", data["weight"]))
         estimator.estimated_weight = float(data.get("estimated_weight", 0.0))
+        estimator.time_sum = float(data.get("time_sum", 0.0))
+        estimator.default_time_sum = float(data.get("default_time_sum", 0.0))
         last = data["last_time"]
         estimator.last_time = None if last is None else float(last)
         return estimator
