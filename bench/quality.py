@@ -267,10 +267,11 @@ class Cycle:
 
 def watch(server: SchedulerServerConfig, workload: Workload, *, minutes: float, interval: float,
           seed: int, advisor_settings: dict[str, Any] | None = None,
-          request_log: bool = True) -> tuple[list[Cycle], Any]:
+          request_log: bool = True, follow_logs: bool = True) -> tuple[list[Cycle], Any]:
     """Serve at the default ratio on loopback; the real daemon watches on the shared clock, one cycle per
     `interval` simulated seconds. Every cycle's recommendation, and the last one. Without `request_log` the
-    server logs as SGLang does by default (batch lines, no per-request lines): the advisor sees metrics only."""
+    server logs as SGLang does by default (batch lines, no per-request lines): the advisor sees metrics only.
+    Without `follow_logs` the advisor reads no log at all: /metrics alone, as through a Prometheus store."""
     clock = ManualClock()
     cycles: list[Cycle] = []
     last = None
@@ -281,7 +282,7 @@ def watch(server: SchedulerServerConfig, workload: Workload, *, minutes: float, 
         emulator.start()
         try:
             config = config_from_dict({
-                "targets": [{"name": "bench", "url": emulator.url, "log_paths": [log_path]}],
+                "targets": [{"name": "bench", "url": emulator.url, "log_paths": [log_path] if follow_logs else []}],
                 "interval_seconds": interval, "timeout_seconds": min(5.0, interval * 0.5),
                 **(advisor_settings or {}),
             })
@@ -401,7 +402,8 @@ def evaluate(case: Case, args: argparse.Namespace, cached: dict[str, Any] | None
     minutes = watch_minutes(workload, watch_args)
     settings = {"state_bias": args.state_bias} if args.state_bias is not None else None
     cycles, rec = watch(server, workload, minutes=minutes, interval=args.interval, seed=case.seed + WATCH_SEED_OFFSET,
-                        advisor_settings=settings, request_log=args.observe == "request-log")
+                        advisor_settings=settings, request_log=args.observe == "request-log",
+                        follow_logs=args.observe != "gauges")
     watch_seconds = time.monotonic() - started
     decision = rec.decision if rec is not None else "none"
     target = rec.ratio if rec is not None else None
@@ -575,9 +577,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-ratio", type=float, default=40.0)
     parser.add_argument("--watch-minutes", type=float, default=30.0, help="simulated minutes the advisor watches")
     parser.add_argument("--interval", type=float, default=15.0, help="simulated seconds per advisor cycle")
-    parser.add_argument("--observe", choices=("request-log", "metrics"), default="request-log",
+    parser.add_argument("--observe", choices=("request-log", "metrics", "gauges"), default="request-log",
                         help="what the watched server shows: its request log too (--log-requests), or metrics and "
-                             "batch log lines only (SGLang's default logging)")
+                             "batch log lines only (SGLang's default logging), or /metrics alone (no log followed: "
+                             "a Prometheus store's view)")
     parser.add_argument("--oracle-traffic", choices=("fresh", "watched"), default="fresh",
                         help="score on a fresh hour of the same traffic shape (default), or on the very timeline "
                              "the advisor watched")
