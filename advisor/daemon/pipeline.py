@@ -571,6 +571,13 @@ class ServerPipeline:
             traffic = self.server_state.traffic.picture(seed=self.cycles)
             if traffic is None:
                 return self.replay_result
+            # ... and for as many requests as a recommendation needs (a curve of fewer moves by more than its noise
+            # from one replay to the next), unless the window is full: a slow server's window may never hold them.
+            wanted = self.recommender_settings.min_requests
+            if (self.replay_result is None and len(traffic.requests) < wanted
+                    and seen < self.config.replay_window_seconds):
+                picture.replay_waiting_requests = (len(traffic.requests), int(wanted))
+                return None
             server = scheduler_server(model, self.boot, fit.cost if fit else step_time.prior)
             if server is None:
                 return self.replay_result

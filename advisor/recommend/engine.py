@@ -98,6 +98,8 @@ class WorkloadPicture:
     # The replay runs but has seen less traffic than it needs: wait for it rather than decide on the prior alone
     # and change the decision once it speaks (seconds of traffic seen, needed).
     replay_warming_up: tuple[float, float] | None = None
+    # ... or has seen the time but fewer requests in its window than a recommendation needs (requests seen, needed)
+    replay_waiting_requests: tuple[int, int] | None = None
     # The replay is due but the cycle's replay budget went to other servers before its first curve: the closed
     # form answers (and says so) until a later cycle replays it.
     replay_deferred: bool = False
@@ -206,6 +208,11 @@ def _recommend(
         seen, needed = picture.replay_warming_up
         base.reason_code = "not_enough_data"
         base.reason = f"the what-if replay waits for {needed:.0f} s of observed traffic; {seen:.0f} s so far"
+        return base
+    if picture.replay is None and picture.replay_waiting_requests is not None:
+        held, wanted = picture.replay_waiting_requests
+        base.reason_code = "not_enough_data"
+        base.reason = f"the what-if replay waits for {wanted} requests in its window; {held} so far"
         return base
 
     constants = model.constants

@@ -125,3 +125,31 @@ def test_without_logs_the_gauges_give_the_decode_step_time_less_the_prefills(tmp
     batch, kv_tokens = rec.predicted_max_running_requests_live, 1e5
     assert fitted.decode_linear(batch, kv_tokens, 0.0)[0] == pytest.approx(
         config.cost.decode_linear(batch, kv_tokens, 0.0)[0], rel=0.08)
+
+
+def test_a_slow_servers_first_replay_waits_for_as_many_requests_as_a_recommendation_needs(tmp_path):
+    """A curve from a few dozen requests moves by more than its noise from one replay to the next: the first
+    replay waits (and says so) until its window holds the recommender's minimum, trying again every cycle."""
+    clock = ManualClock()
+    log_path = tmp_path / "sglang.log"
+    workload = load_workload("steady-long-docs").scaled(0.2)  # ~0.1 requests/s: ~60 in the first 600 s
+    server = EmulatedServer(load_server_config("default"), workload, log_path=str(log_path),
+                            request_log_path=str(log_path), clock=clock)
+    server.start()
+    try:
+        advisor = make_advisor(server.url, log_path, tmp_path, clock, replay_min_window_seconds=600.0)
+        pipeline = advisor.pipelines[0]
+        reasons = []
+        for _ in range(60):
+            rec = cycles(advisor, server, clock, 1).recommendation
+            if pipeline.replay_result is not None:
+                break
+            assert pipeline.replay_time is None  # no curve yet: tried again next cycle, not an interval later
+            reasons.append(rec.reason)
+        advisor.close()
+    finally:
+        server.stop()
+    assert pipeline.replay_result is not None and pipeline.replay_result.requests >= 100, reasons[-3:]
+    assert rec.replay_source == "request_log" and rec.decision != "insufficient_data", rec.reason
+    # the window held its hundred requests some cycles after the history did (its last ones not yet finished)
+    assert any("waits for 100 requests in its window" in reason for reason in reasons), reasons[-3:]
