@@ -273,9 +273,10 @@ def step_samples_from_metrics(observation: MetricsObservation, delta: Observatio
     if previous is None or delta.since_start or delta.restarted or not delta.interval_seconds:
         return []
     ranks = len(observation.ranks)
+    finished, generated = delta.requests or 0.0, delta.generation_tokens or 0.0
     per_request = None  # prefill tokens an admission brings
-    if delta.requests and delta.requests > 0 and delta.prompt_tokens is not None and delta.generation_tokens:
-        per_request = max(0.0, delta.prompt_tokens - (delta.cached_tokens or 0.0)) / delta.requests
+    if finished > 0 and generated > 0 and delta.prompt_tokens is not None:
+        per_request = max(0.0, delta.prompt_tokens - (delta.cached_tokens or 0.0)) / finished
     before = {rank.dp_rank: rank.running_requests for rank in previous.ranks}
     out = []
     for rank in observation.ranks:
@@ -284,9 +285,9 @@ def step_samples_from_metrics(observation: MetricsObservation, delta: Observatio
         accept = float(rank.spec_accept_length or 1.0)
         prefill_batches = prefill_tokens = 0.0
         was = before.get(rank.dp_rank)
-        if per_request is not None and delta.requests and delta.generation_tokens and was is not None:
-            admitted = max(0.0, delta.requests / ranks + rank.running_requests - was)
-            decode_steps = delta.generation_tokens / ranks / (rank.running_requests * accept)
+        if per_request is not None and was is not None:
+            admitted = max(0.0, finished / ranks + rank.running_requests - was)
+            decode_steps = generated / ranks / (rank.running_requests * accept)
             prefill_batches = admitted / decode_steps * steps
             prefill_tokens = prefill_batches * per_request
         out.append(StepSample(batch=float(rank.running_requests), kv_tokens=float(rank.kv_used_tokens or 0),
