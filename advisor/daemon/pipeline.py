@@ -186,9 +186,10 @@ MOVE_OR_HOLD = ("hold", "raise_ratio", "lower_ratio")
 
 
 def _number_or_none(value: object) -> float | None:
+    """A checkpoint's number, or None; ValueError on anything else (a bool, a string, NaN or infinity)."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise ValueError(f"{value!r} is not a number")
     return float(value)
 
@@ -320,11 +321,10 @@ class ServerPipeline:
     def _restore_decision(self, saved: dict[str, Any]) -> None:
         replay = saved.get("replay")
         if isinstance(replay, dict):
-            curve = ReplayCurve.from_dict(replay["curve"])
-            when = replay["time"]
-            if not isinstance(when, (int, float)):
-                raise ValueError(f"replay time {when!r} is not a number")
-            self.replay_result, self.replay_time = curve, float(when)
+            curve, when = ReplayCurve.from_dict(replay["curve"]), _number_or_none(replay["time"])
+            if when is None:
+                raise ValueError("the replay has no time")
+            self.replay_result, self.replay_time = curve, when
             self.replay_live_ratio = _number_or_none(replay.get("live_ratio"))
             self.replay_context = _number_or_none(replay.get("context"))
         decision = saved.get("last_decision")
@@ -546,12 +546,8 @@ class ServerPipeline:
             return self.replay_result
         if budget is not None and not budget.allows():  # before the inputs too: building them costs as well
             budget.deferred += 1
-            if self.replay_result is None:
-                needed, seen = self.config.replay_min_window_seconds, picture.summary.history_seconds
-                if seen < needed:
-                    picture.replay_warming_up = (seen, needed)
-                else:
-                    picture.replay_deferred = True
+            if self.replay_result is None and not self._warming_up(picture):
+                picture.replay_deferred = True
             return self.replay_result
         started = time.monotonic()
         replayed = False
@@ -559,12 +555,7 @@ class ServerPipeline:
             prior = prior_ratio(model, picture, self.recommender_settings)
             if prior is None:
                 return self.replay_result
-            # The first replay waits for enough observed traffic (a short history is too thin a draw of it: a
-            # few bursts decide its curve), before the picture and the step-time fit are built. Observed time,
-            # not the picture's span: under a long queue the completely known arrivals cover only part of it.
-            needed, seen = self.config.replay_min_window_seconds, picture.summary.history_seconds
-            if self.replay_result is None and seen < needed:
-                picture.replay_warming_up = (seen, needed)
+            if self.replay_result is None and self._warming_up(picture):
                 return None
             step_time = self.server_state.step_time
             fit = step_time.fit(model.serving.draft_tokens if spec_enabled(model.serving) else 0)
@@ -575,7 +566,7 @@ class ServerPipeline:
             # from one replay to the next), unless the window is full: a slow server's window may never hold them.
             wanted = self.recommender_settings.min_requests
             if (self.replay_result is None and len(traffic.requests) < wanted
-                    and seen < self.config.replay_window_seconds):
+                    and picture.summary.history_seconds < self.config.replay_window_seconds):
                 picture.replay_waiting_requests = (len(traffic.requests), int(wanted))
                 return None
             server = scheduler_server(model, self.boot, fit.cost if fit else step_time.prior)
@@ -593,6 +584,16 @@ class ServerPipeline:
                 budget.spend(time.monotonic() - started, replayed)
         self.replay_time, self.replay_live_ratio, self.replay_context = now, live, context
         return self.replay_result
+
+    def _warming_up(self, picture: WorkloadPicture) -> bool:
+        """Whether the first replay still waits for enough observed traffic (and says so on `picture`): a short
+        history is too thin a draw of it, a few bursts decide its curve. Observed time, not the picture's span:
+        under a long queue the completely known arrivals cover only part of it."""
+        needed, seen = self.config.replay_min_window_seconds, picture.summary.history_seconds
+        if seen < needed:
+            picture.replay_warming_up = (seen, needed)
+            return True
+        return False
 
     def close(self) -> None:
         self.source.close()
