@@ -197,13 +197,19 @@ class ReplayCurve:
         known = {f.name for f in fields(cls)}
         values = {name: value for name, value in saved.items() if name in known}
         points = [CurvePoint(**point) for point in values.pop("points")]
-        if not points or any(not isinstance(p.ratio, (int, float)) or not isinstance(p.goodput, (int, float))
-                             for p in points):
-            raise ValueError("a replay curve needs points with numeric ratio and goodput")
         curve = cls(points=points, **values)
-        if not isinstance(curve.chosen_ratio, (int, float)) or not curve.chosen_ratio > 0:
-            raise ValueError(f"replay curve: chosen_ratio {curve.chosen_ratio!r} is not a positive number")
+        ratios = [curve.chosen_ratio, *(p.ratio for p in points)]
+        if not points or not all(_finite_at_least(r, 0.0, above=True) for r in ratios) or not all(
+                _finite_at_least(p.goodput, 0.0) for p in points):
+            raise ValueError("a replay curve needs positive finite ratios and finite goodputs of at least 0")
         return curve
+
+
+def _finite_at_least(value: object, low: float, *, above: bool = False) -> bool:
+    """A finite number (not a bool) of at least `low` (above it, with `above`)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return False
+    return value > low if above else value >= low
 
 
 def _gain(chosen: float | None, live: float | None) -> float | None:

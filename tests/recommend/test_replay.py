@@ -6,7 +6,15 @@ from dataclasses import replace
 import pytest
 
 from advisor.estimate.traffic import TrafficPicture
-from advisor.recommend.replay import ReplaySettings, _run, calibrated_picture, recent_load, replay_curve
+from advisor.recommend.replay import (
+    CurvePoint,
+    ReplayCurve,
+    ReplaySettings,
+    _run,
+    calibrated_picture,
+    recent_load,
+    replay_curve,
+)
 from advisor.scheduler.engine import simulate
 from advisor.scheduler.types import RequestSpec
 from advisor.sim.config import load_server_config
@@ -359,3 +367,25 @@ def test_a_long_answer_finishing_on_either_side_of_the_windows_end_is_no_gain():
     assert curve.gain == pytest.approx(1.0)
     assert all(p.raw_goodput == pytest.approx(1040.0) for p in curve.points)
     assert 1.0 < curve.chosen_ratio < 5.0
+
+
+def test_a_curve_survives_the_checkpoint_and_a_broken_one_is_refused():
+    """`to_dict` / `from_dict` give the same curve back through JSON; a curve whose numbers are not (a NaN ratio,
+    a goodput that is a bool, no points, a non-positive chosen ratio) is refused with ValueError."""
+    import json
+
+    point = CurvePoint(ratio=1.2, goodput=950.0, slo_goodput=900.0, raw_goodput=1100.0, max_running_requests=64,
+                       kv_capacity_tokens=500_000, state_bound_fraction=0.1, kv_bound_fraction=0.0,
+                       retracted_requests=0, queue_time_p90=2.5)
+    curve = ReplayCurve(points=[point, replace(point, ratio=2.0, goodput=0.0)], chosen_ratio=1.2, best_ratio=1.2,
+                        prior_ratio=1.5, width_lower=1.0, width_upper=1.6, flat=False, metric="goodput_score",
+                        requests=800, window_seconds=1800.0, source="request_log", live_goodput=900.0,
+                        chosen_goodput=950.0, step_time={"decode_base_seconds": 0.012}, hold_lower=0.9,
+                        hold_upper=1.5, live_robust_goodput=None, chosen_robust_goodput=None)
+    assert ReplayCurve.from_dict(json.loads(json.dumps(curve.to_dict()))) == curve
+    saved = curve.to_dict()
+    for broken in ({"points": [{**saved["points"][0], "ratio": float("nan")}]},
+                   {"points": [{**saved["points"][0], "goodput": True}]},
+                   {"points": []}, {"chosen_ratio": 0.0}):
+        with pytest.raises(ValueError):
+            ReplayCurve.from_dict({**saved, **broken})
