@@ -114,10 +114,11 @@ class StepTimeEstimator:
             features = np.asarray([1.0, sample.batch, sample.kv_tokens, sample.prefill_batches / sample.steps,
                                    sample.prefill_tokens / sample.steps])
             z = features * prior
+            default_seconds = float(z.sum())  # what the default model takes for this sample
             # Relative errors: a step of 5 ms and one of 200 ms count alike. Relative to the default's time for the
             # sample where the prefills are estimated: the step time then swings with the prefills the interval
             # happened to hold, and weighing by it would favour the intervals that held none.
-            expected = seconds_per_step if sample.prefill_read else float(z.sum())
+            expected = seconds_per_step if sample.prefill_read else default_seconds
             w = 1.0 / max(expected, 1e-6) ** 2
             self.normal += w * np.outer(z, z)
             self.moment += w * z * seconds_per_step
@@ -125,7 +126,7 @@ class StepTimeEstimator:
             self.accept_sum += accept
             self.estimated_weight += 0.0 if sample.prefill_read else 1.0
             self.time_sum += seconds_per_step
-            self.default_time_sum += float(z.sum())
+            self.default_time_sum += default_seconds
             used += 1
         return used
 
