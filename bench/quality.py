@@ -91,6 +91,9 @@ SHAPE_FACTORS = {"diurnal": 0.5, "regime-shift": 0.7}
 # general deployments. A score there is what unseen traffic gets, not what tuning reached.
 HELDOUT_DIR = Path(__file__).resolve().parent / "heldout"
 HELDOUT_SERVERS = ("default", "single-gpu-moe")
+# Deployments never used to tune the advisor (`--heldout`, bench/heldout/servers/): every shape, the suite's and
+# the held-out ones, is new there. server -> (rate factor, as SERVERS).
+HELDOUT_DEPLOYMENTS: dict[str, float] = {"tp2-dense-mamba2": 0.5}
 # Stationary traffic: any change of decision during the watch is flapping.
 STEADY_SHAPES = frozenset(
     {
@@ -114,6 +117,7 @@ OVERLOAD_SLO_SHARE = 0.10  # below this share of raw goodput at its best, no rat
 WIDTH_TOLERANCE = 0.01
 WATCH_SEED_OFFSET = 100  # the watched traffic is drawn under seed + this (the fresh oracle's under seed)
 BELOW_FORMULA = 0.005
+REFUSED_SLACK = 0.01  # a share of the arrivals refused beyond the fewest any ratio refuses: no oracle candidate
 
 
 @dataclass(frozen=True)
@@ -129,17 +133,26 @@ class Case:
 
 @dataclass
 class Curve:
-    """The oracle's sweep: (ratio, SLO goodput, raw goodput) per ratio, and the baselines."""
+    """The oracle's sweep: (ratio, SLO goodput, raw goodput, share of the arrivals refused) per ratio, and the
+    baselines. A ratio whose KV pool is too small to hold requests the others serve (SGLang refuses a prompt
+    longer than the pool at once) is no candidate for the best: in deep overload, refusing the long requests
+    would otherwise read as serving the rest within the queue bound."""
 
-    points: list[tuple[float, float, float]]
+    points: list[tuple[float, ...]]
     formula_ratio: float
     formula: tuple[float, float]  # (SLO, raw) goodput at the formula ratio
     default: tuple[float, float]  # ... at 0.9
 
+    def candidates(self) -> list[tuple[float, ...]]:
+        """The points that refuse no more of the arrivals than the fewest any ratio refuses (within REFUSED_SLACK)."""
+        fewest = min(refused_share(p) for p in self.points)
+        return [p for p in self.points if refused_share(p) <= fewest + REFUSED_SLACK]
+
     @property
     def overloaded(self) -> bool:
-        best_slo = max(p[1] for p in self.points)
-        best_raw = max(p[2] for p in self.points)
+        candidates = self.candidates()
+        best_slo = max(p[1] for p in candidates)
+        best_raw = max(p[2] for p in candidates)
         return best_slo < OVERLOAD_SLO_SHARE * best_raw
 
     def metric(self, slo: float, raw: float) -> float:
@@ -147,18 +160,24 @@ class Curve:
 
     def best(self) -> tuple[float, float]:
         """(oracle ratio, its metric): the middle (geometric) of the ratios tied at the top."""
-        values = [self.metric(p[1], p[2]) for p in self.points]
+        candidates = self.candidates()
+        values = [self.metric(p[1], p[2]) for p in candidates]
         top = max(values)
-        tied = [p[0] for p, v in zip(self.points, values, strict=True) if v >= top * (1 - 1e-3)]
+        tied = [p[0] for p, v in zip(candidates, values, strict=True) if v >= top * (1 - 1e-3)]
         middle = math.exp((math.log(min(tied)) + math.log(max(tied))) / 2)
         return min(tied, key=lambda r: abs(math.log(r / middle))), top
 
     def width(self) -> tuple[float, float]:
         """The ratio range within WIDTH_TOLERANCE of the best."""
-        values = [self.metric(p[1], p[2]) for p in self.points]
+        candidates = self.candidates()
+        values = [self.metric(p[1], p[2]) for p in candidates]
         top = max(values)
-        close = [p[0] for p, v in zip(self.points, values, strict=True) if v >= top * (1 - WIDTH_TOLERANCE)]
+        close = [p[0] for p, v in zip(candidates, values, strict=True) if v >= top * (1 - WIDTH_TOLERANCE)]
         return min(close), max(close)
+
+
+def refused_share(point: tuple[float, ...]) -> float:
+    return point[3] if len(point) > 3 else 0.0
 
 
 @dataclass
@@ -189,7 +208,7 @@ class Row:
     changes_per_shift: list[int] = field(default_factory=list)
     watch_seconds: float = 0.0
     oracle_cached: bool = False
-    curve: list[tuple[float, float, float]] = field(default_factory=list)  # (ratio, SLO, raw goodput) swept
+    curve: list[tuple[float, ...]] = field(default_factory=list)  # (ratio, SLO, raw goodput, share refused) swept
     # the final replay's check at the live ratio: the server's mean running requests while busy and the replay's
     replay_running_shown: float | None = None
     replay_running_replayed: float | None = None
@@ -204,9 +223,19 @@ def shape_file(shape: str) -> Path:
     return heldout if heldout.exists() else WORKLOADS_DIR / f"{shape}.yaml"
 
 
+def server_file(server: str) -> str:
+    """The deployment's config: a held-out one's under bench/heldout/servers/, else the shipped name."""
+    heldout = HELDOUT_DIR / "servers" / f"{server}.yaml"
+    return str(heldout) if heldout.exists() else server
+
+
+def rate_factor(server: str) -> float:
+    return HELDOUT_DEPLOYMENTS[server] if server in HELDOUT_DEPLOYMENTS else SERVERS[server][0]
+
+
 def server_for(case: Case) -> tuple[SchedulerServerConfig, Workload, float]:
-    factor = SERVERS[case.server][0] * SHAPE_FACTORS.get(case.shape, 1.0)
-    server = load_server_config(case.server)
+    factor = rate_factor(case.server) * SHAPE_FACTORS.get(case.shape, 1.0)
+    server = load_server_config(server_file(case.server))
     workload = load_workload(str(shape_file(case.shape)))
     if factor != 1.0:
         workload = workload.scaled(factor)
@@ -226,17 +255,18 @@ def run_at(server: SchedulerServerConfig, workload: Workload, arrivals: Sequence
 
 def sweep_curve(server: SchedulerServerConfig, workload: Workload, arrivals: Sequence[RequestSpec],
                 args: argparse.Namespace) -> Curve:
-    points: dict[float, tuple[float, float]] = {}
+    points: dict[float, tuple[float, float, float]] = {}
 
     def measure(r: float) -> None:
         r = float(r)
         if r not in points:
             result = run_at(server, workload, arrivals, args, ratio=r)
-            points[r] = (result.slo_goodput_tokens_per_second, result.goodput_tokens_per_second)
+            refused = result.aborted_requests / result.arrived_requests if result.arrived_requests else 0.0
+            points[r] = (result.slo_goodput_tokens_per_second, result.goodput_tokens_per_second, refused)
 
     for r in np.geomspace(args.min_ratio, args.max_ratio, args.points):
         measure(r)
-    curve = Curve([(r, s, g) for r, (s, g) in sorted(points.items())], 0.0, (0, 0), (0, 0))
+    curve = Curve([(r, *values) for r, values in sorted(points.items())], 0.0, (0, 0), (0, 0))
     best_ratio, _ = curve.best()
     low, high = curve.width()
     for r in np.geomspace(min(low, best_ratio) / 1.3, max(high, best_ratio) * 1.3, args.fine_points):
@@ -246,7 +276,7 @@ def sweep_curve(server: SchedulerServerConfig, workload: Workload, arrivals: Seq
     formula = run_at(server, workload, arrivals, args, ratio=formula_ratio)
     default = run_at(server, workload, arrivals, args, ratio=DEFAULT_RATIO)
     return Curve(
-        [(r, s, g) for r, (s, g) in sorted(points.items())],
+        [(r, *values) for r, values in sorted(points.items())],
         formula_ratio,
         (formula.slo_goodput_tokens_per_second, formula.goodput_tokens_per_second),
         (default.slo_goodput_tokens_per_second, default.goodput_tokens_per_second),
@@ -379,12 +409,12 @@ def fingerprint(case: Case, args: argparse.Namespace) -> str:
     if args.oracle_traffic == "watched":
         args = argparse.Namespace(**{**vars(args), "duration": f"watched {watch_minutes(load_workload(str(shape_file(case.shape))), args)}"})
     digest = hashlib.sha256()
-    for path in (shape_file(case.shape), resolve_server_path(case.server),
+    for path in (shape_file(case.shape), resolve_server_path(server_file(case.server)),
                  ROOT / "advisor" / "scheduler" / "engine.py", ROOT / "advisor" / "scheduler" / "costmodel.py",
                  ROOT / "advisor" / "sim" / "workload.py", ROOT / "advisor" / "model" / "pools.py"):
         digest.update(Path(path).read_bytes())
-    knobs = (SERVERS[case.server][0], SHAPE_FACTORS.get(case.shape, 1.0), args.duration, args.warmup, args.queue_bound, args.points, args.fine_points,
-             args.min_ratio, args.max_ratio)
+    knobs = (rate_factor(case.server), SHAPE_FACTORS.get(case.shape, 1.0), args.duration, args.warmup, args.queue_bound, args.points, args.fine_points,
+             args.min_ratio, args.max_ratio, "refused")
     digest.update(repr(knobs).encode())
     return f"{case.key}|{digest.hexdigest()[:16]}"
 
@@ -424,7 +454,7 @@ def evaluate(case: Case, args: argparse.Namespace, cached: dict[str, Any] | None
     else:
         at_target = result
     oracle_ratio, top = curve.best()
-    best_raw = max(p[2] for p in curve.points)
+    best_raw = max(p[2] for p in curve.candidates())
     low, high = curve.width()
     shifts = shift_times(workload, minutes * 60.0)
     settle, per_shift = settling(cycles, shifts, minutes * 60.0)
@@ -555,6 +585,12 @@ def cases(args: argparse.Namespace) -> list[Case]:
                 continue
             names = suite if not args.heldout else tuple(heldout) if server in HELDOUT_SERVERS else ()
             for shape in names:
+                if shapes is None or shape in shapes:
+                    out.append(Case(shape, server, seed))
+        for server in HELDOUT_DEPLOYMENTS if args.heldout else ():
+            if servers is not None and server not in servers:
+                continue
+            for shape in (*GENERAL_SHAPES, *heldout):
                 if shapes is None or shape in shapes:
                     out.append(Case(shape, server, seed))
     return out
