@@ -22,6 +22,7 @@ from advisor.estimate.traffic import TrafficEstimator, TrafficSettings
 from advisor.estimate.workload import EstimatorSettings, WorkloadEstimator
 from advisor.export.snapshot import HISTORY_POINTS, HistoryPoint, ServerView, history_point
 from advisor.feeder import (
+    DEFAULT_DECODE_LOG_INTERVAL,
     ByteOverrides,
     ServerInfoConstants,
     exact_requests,
@@ -402,18 +403,31 @@ class ServerPipeline:
         self.server_state.last_success = now
         self.ledger.begin_cycle()
 
+    def decode_log_interval(self) -> int:
+        """Decode steps between two `Decode batch` lines: the server's --decode-log-interval as /server_info or
+        the boot log's server args show it, else SGLang's default. The prefills a line's interval held are
+        spread over these steps (an operator who raised it to quiet the log would otherwise have them read
+        as that many times dearer a step)."""
+        if self.server_info is not None and self.server_info.decode_log_interval:
+            return self.server_info.decode_log_interval
+        value = self.boot.server_args.get("decode_log_interval") if self.boot is not None else None
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+            return value
+        return DEFAULT_DECODE_LOG_INTERVAL
+
     def _read_logs(self, now: float, report: CycleReport) -> None:
         reading = self.source.read_logs()
         for error in reading.errors:
             self.ledger.count("logs", error)
         report.log_retractions += reading.retractions
         self.server_state.traffic.observe_requests(exact_requests(reading.requests, self.config.time_scale))
-        if reading.decode_intervals:
-            self.uses_decode_lines = True
-            self.server_state.step_time.observe(now, step_samples_from_log(reading.decode_intervals))
         if reading.boot is not None:
             self.boot = reading.boot
             self.info_due = True
+        if reading.decode_intervals:
+            self.uses_decode_lines = True
+            self.server_state.step_time.observe(
+                now, step_samples_from_log(reading.decode_intervals, steps=self.decode_log_interval()))
         if reading.prefill_batches:
             self.server_state.traffic.observe_admissions(
                 [[line.new_seqs, line.new_tokens, line.cached_tokens or 0, -1 if line.dp_rank is None else line.dp_rank]

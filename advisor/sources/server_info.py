@@ -54,6 +54,8 @@ class ServerInfo:
     version: str | None
     model_name: str | None
     shards: list[ServerShard]
+    # --decode-log-interval: decode steps between two `Decode batch` lines (SGLang's default 40), when shown
+    decode_log_interval: int | None = None
 
 
 def _join(base_url: str, path: str) -> str:
@@ -220,9 +222,11 @@ def parse_server_info(body: dict[str, Any], *, architecture: str | None = None) 
     shards = [_shard(index, entry, serving.dcp_size) for index, entry in enumerate(states)]
     model_name = _str(body, "served_model_name") or _str(body, "model_path")
     version = body.get("version")
+    interval = _int(body, "decode_log_interval")
     return ServerInfo(
         serving=serving,
         version=str(version) if version is not None else None,
         model_name=model_name,
         shards=shards,
+        decode_log_interval=interval if interval is not None and interval >= 1 else None,
     )

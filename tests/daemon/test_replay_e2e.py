@@ -127,6 +127,33 @@ def test_without_logs_the_gauges_give_the_decode_step_time_less_the_prefills(tmp
         config.cost.decode_linear(batch, kv_tokens, 0.0)[0], rel=0.08)
 
 
+def test_the_decode_lines_interval_is_the_servers_own(tmp_path):
+    """An operator who raised --decode-log-interval to quiet the log prints a decode line every 100 steps: the
+    prefills between two lines are spread over that many steps (from /server_info), where the default 40 would
+    read them at 0.4x their cost and the replay would run a prefill-heavy server too fast."""
+    import dataclasses
+
+    clock = ManualClock()
+    config = dataclasses.replace(load_server_config("default"), decode_log_interval=100)
+    log_path = str(tmp_path / "sglang.log")
+    server = EmulatedServer(config, load_workload("bimodal-chat-docs"), log_path=log_path, clock=clock)
+    server.start()
+    try:
+        advisor = Advisor(config_from_dict({
+            "targets": [{"name": "emu", "url": server.url, "log_paths": [log_path]}], "interval_seconds": STEP_SECONDS,
+            "timeout_seconds": 5.0, "replay_min_window_seconds": 300.0}), wall_clock=clock.time)
+        rec = cycles(advisor, server, clock, 24).recommendation
+        advisor.close()
+    finally:
+        server.stop()
+    assert advisor.pipelines[0].uses_decode_lines and advisor.pipelines[0].decode_log_interval() == 100
+    fitted = CostModel(**rec.step_time_coefficients)
+    assert fitted.prefill_seconds(2000, 2e6) == pytest.approx(config.cost.prefill_seconds(2000, 2e6), rel=0.15)
+    batch, kv_tokens = rec.predicted_max_running_requests_live, 1e5
+    assert fitted.decode_linear(batch, kv_tokens, 0.0)[0] == pytest.approx(
+        config.cost.decode_linear(batch, kv_tokens, 0.0)[0], rel=0.1)
+
+
 def test_a_slow_servers_first_replay_waits_for_as_many_requests_as_a_recommendation_needs(tmp_path):
     """A curve from a few dozen requests moves by more than its noise from one replay to the next: the first
     replay waits (and says so) until its window holds the recommender's minimum, trying again every cycle."""

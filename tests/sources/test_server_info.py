@@ -102,6 +102,19 @@ def test_pre_0_5_16_strategy_name_and_null_fallbacks() -> None:
     assert [(s.dp_rank, s.max_mamba_cache_size) for s in info.shards] == [(0, 555), (1, 554)]
 
 
+def test_decode_log_interval_is_read_when_shown() -> None:
+    body = _body("server_info-tp8-default.json")
+    assert parse_server_info(body).decode_log_interval == 40
+    body["decode_log_interval"] = 100
+    assert parse_server_info(body).decode_log_interval == 100
+    for absent in (None, 0):
+        body["decode_log_interval"] = absent
+        assert parse_server_info(body).decode_log_interval is None
+    body["decode_log_interval"] = "often"
+    with pytest.raises(InputError, match="decode_log_interval='often' is not an integer"):
+        parse_server_info(body)
+
+
 def test_model_path_when_no_served_name() -> None:
     body = _body("server_info-tp8-default.json")
     body["served_model_name"] = None
