@@ -22,7 +22,7 @@ settled inside its final band.
     python bench/quality.py --markdown                      # the README table
     python bench/quality.py --json > quality.json           # rows and summary as one JSON object
     python bench/quality.py --shapes steady-chat --servers default --seeds 1
-    python bench/quality.py --heldout --jobs 2              # traffic never used to tune the advisor
+    python bench/quality.py --heldout --jobs 2              # traffic and a deployment never used to tune it
 """
 
 from __future__ import annotations
@@ -621,8 +621,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="score on a fresh hour of the same traffic shape (default), or on the very timeline "
                              "the advisor watched")
     parser.add_argument("--heldout", action="store_true",
-                        help="the held-out shapes (bench/heldout/, never used to tune the advisor) on the general "
-                             "deployments, instead of the suite's")
+                        help="traffic and a deployment never used to tune the advisor: the held-out shapes "
+                             "(bench/heldout/) on the general deployments, and every shape on the held-out "
+                             "deployments (bench/heldout/servers/), instead of the suite")
     parser.add_argument("--state-bias", type=float, default=None, help="override the advisor's state_bias knob")
     parser.add_argument("--oracle-cache", metavar="FILE", default=str(ROOT / "bench" / ".quality-oracle.json"),
                         help="reuse oracle sweeps across runs ('' to disable)")
