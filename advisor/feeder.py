@@ -339,14 +339,23 @@ def observe_traffic_interval(traffic: TrafficEstimator, now: float, delta: Obser
     )
 
 
-def scheduler_server(model: ServerModel, boot: BootInfo | None, cost: CostModel) -> SchedulerServerConfig | None:
-    """The scheduler model's view of this server (per DP worker), when its pools are known."""
+def scheduler_server(model: ServerModel, boot: BootInfo | None, cost: CostModel,
+                     info: ServerInfo | None = None) -> SchedulerServerConfig | None:
+    """The scheduler model's view of this server (per DP worker), when its pools are known. Its admission knobs
+    come from /server_info (the live server's), else the boot log's server args, else SGLang's defaults: an
+    advisor that attached after the boot has no boot block to read them from."""
     if model.constants is None or model.rest_bytes is None:
         return None
-    chunk = boot.chunked_prefill_size if boot is not None and boot.chunked_prefill_size else 8192
     args = boot.server_args if boot is not None else {}
-    max_prefill = _positive_number(args.get("max_prefill_tokens"))
-    conservativeness = _positive_number(args.get("schedule_conservativeness"))
+    shown = info.chunked_prefill_size if info is not None else None
+    if shown is None and boot is not None:
+        shown = boot.chunked_prefill_size
+    # --chunked-prefill-size -1 turns chunking off: a prompt is prefilled whole, as one chunk of the context
+    chunk = 8192 if shown is None else shown if shown > 0 else model.model_context_len
+    max_prefill = (info.max_prefill_tokens if info is not None else None) or _positive_number(
+        args.get("max_prefill_tokens"))
+    conservativeness = (info.schedule_conservativeness if info is not None else None) or _positive_number(
+        args.get("schedule_conservativeness"))
     # The radix cache is on unless the server says --disable-radix-cache (the serving config carries that):
     # the replay then re-decides, at each candidate ratio, which conversation prefixes stay cached.
     return SchedulerServerConfig(

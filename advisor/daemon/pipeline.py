@@ -433,7 +433,8 @@ class ServerPipeline:
                 [[line.new_seqs, line.new_tokens, line.cached_tokens or 0, -1 if line.dp_rank is None else line.dp_rank]
                  for line in reading.prefill_batches
                  if line.new_seqs is not None and line.new_tokens is not None],
-                chunk_tokens=self.boot.chunked_prefill_size if self.boot is not None else None,
+                chunk_tokens=((self.server_info.chunked_prefill_size if self.server_info is not None else None)
+                              or (self.boot.chunked_prefill_size if self.boot is not None else None)),
                 page_size=self.boot.page_size if self.boot is not None else 1,
             )
         if reading.request_lengths:
@@ -583,7 +584,7 @@ class ServerPipeline:
                     and picture.summary.history_seconds < self.config.replay_window_seconds):
                 picture.replay_waiting_requests = (len(traffic.requests), int(wanted))
                 return None
-            server = scheduler_server(model, self.boot, fit.cost if fit else step_time.prior)
+            server = scheduler_server(model, self.boot, fit.cost if fit else step_time.prior, self.server_info)
             if server is None:
                 return self.replay_result
             try:

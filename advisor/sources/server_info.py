@@ -7,6 +7,7 @@ before 0.5.10, `mamba_scheduler_strategy` before 0.5.16.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,6 +57,11 @@ class ServerInfo:
     shards: list[ServerShard]
     # --decode-log-interval: decode steps between two `Decode batch` lines (SGLang's default 40), when shown
     decode_log_interval: int | None = None
+    # The admission knobs the replay's scheduler model needs, when shown (/server_info dumps every server arg):
+    # where a long prompt is cut (0: chunking off), the tokens one prefill batch takes, the new-token-ratio scale.
+    chunked_prefill_size: int | None = None
+    max_prefill_tokens: int | None = None
+    schedule_conservativeness: float | None = None
 
 
 def _join(base_url: str, path: str) -> str:
@@ -223,10 +229,17 @@ def parse_server_info(body: dict[str, Any], *, architecture: str | None = None) 
     model_name = _str(body, "served_model_name") or _str(body, "model_path")
     version = body.get("version")
     interval = _int(body, "decode_log_interval")
+    chunk = _int(body, "chunked_prefill_size")  # -1 turns chunking off
+    max_prefill = _int(body, "max_prefill_tokens")
+    conservativeness = _float(body, "schedule_conservativeness")
     return ServerInfo(
         serving=serving,
         version=str(version) if version is not None else None,
         model_name=model_name,
         shards=shards,
         decode_log_interval=interval if interval is not None and interval >= 1 else None,
+        chunked_prefill_size=None if chunk is None else max(chunk, 0),  # 0: chunking off
+        max_prefill_tokens=max_prefill if max_prefill is not None and max_prefill >= 1 else None,
+        schedule_conservativeness=(conservativeness if conservativeness is not None and math.isfinite(conservativeness)
+                                   and conservativeness > 0 else None),
     )

@@ -240,6 +240,28 @@ def test_the_replays_scheduler_keeps_the_servers_radix_cache_and_admission_budge
     assert fallback.schedule_conservativeness == 1.0
 
 
+def test_without_a_boot_block_the_replays_admission_knobs_come_from_server_info():
+    """An advisor that attached after the boot follows no boot block: the chunk size, prefill budget and
+    conservativeness come from /server_info (the live server's; they win over an older boot's), not SGLang's
+    defaults (a ROCm or small-GPU server chunks at 2048, a large one at 16384)."""
+    import dataclasses
+
+    from advisor.feeder import scheduler_server
+    from advisor.scheduler.costmodel import CostModel
+
+    info, boot = _info(), _boot()
+    model = server_model(serving_config_of(info, boot), info, boot, None)
+    shown = dataclasses.replace(info, chunked_prefill_size=2048, max_prefill_tokens=4096, schedule_conservativeness=0.7)
+    server = scheduler_server(model, None, CostModel(), shown)
+    assert server is not None
+    assert (server.chunked_prefill_size, server.max_prefill_tokens, server.schedule_conservativeness) == (2048, 4096, 0.7)
+    assert scheduler_server(model, boot, CostModel(), shown).chunked_prefill_size == 2048
+    bare = scheduler_server(model, None, CostModel(), info)
+    assert bare is not None and bare.chunked_prefill_size == info.chunked_prefill_size == 8192  # as the body shows
+    unchunked = scheduler_server(model, None, CostModel(), dataclasses.replace(info, chunked_prefill_size=0))
+    assert unchunked is not None and unchunked.chunked_prefill_size == model.model_context_len
+
+
 def test_the_decode_lines_give_the_servers_own_prefill_and_decode_costs():
     """Lines the scheduler model prints as SGLang does, read back (a follower's reads cut the intervals anywhere):
     `gen throughput` counts every step since the previous decode line, so its mean batch lies between the two

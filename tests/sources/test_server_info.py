@@ -102,9 +102,13 @@ def test_pre_0_5_16_strategy_name_and_null_fallbacks() -> None:
     assert [(s.dp_rank, s.max_mamba_cache_size) for s in info.shards] == [(0, 555), (1, 554)]
 
 
-def test_decode_log_interval_is_read_when_shown() -> None:
+def test_decode_log_interval_and_admission_knobs_are_read_when_shown() -> None:
     body = _body("server_info-tp8-default.json")
     assert parse_server_info(body).decode_log_interval == 40
+    info = parse_server_info({**body, "max_prefill_tokens": 16384, "schedule_conservativeness": 0.3})
+    assert (info.chunked_prefill_size, info.max_prefill_tokens, info.schedule_conservativeness) == (8192, 16384, 0.3)
+    off = parse_server_info({**body, "chunked_prefill_size": -1, "schedule_conservativeness": None})
+    assert (off.chunked_prefill_size, off.max_prefill_tokens, off.schedule_conservativeness) == (0, None, None)
     body["decode_log_interval"] = 100
     assert parse_server_info(body).decode_log_interval == 100
     for absent in (None, 0):
