@@ -113,6 +113,7 @@ def series_keys(advisor: Advisor) -> set[tuple[str, tuple[tuple[str, str], ...]]
 
 
 KEPT_NOTE = "advised before stands"  # the note of a move kept from an earlier cycle (engine._recommend)
+CLIFF_NOTE = "sits close to where the replayed goodput falls off"  # a move for a cliff near the live ratio
 # A move whose replayed gain is within this of the recommender's 3% restart bar is at the threshold: two
 # independent samplings of one server (the store's 1 s scrapes, the direct advisor's cycles) fall either side.
 THRESHOLD_MARGIN = 0.02
@@ -133,7 +134,8 @@ def same_decision(a: Advice, b: Advice) -> bool:
     """The same decision; or one advisor holds where the other advises a move that is no clearer than that:
     - a move it advised on an earlier cycle and keeps (hysteresis: the fixture's direct advisor has watched for
       twenty minutes, a store advisor starts fresh), its ratio on the holding advisor's plateau (to 10%);
-    - a move whose replayed gain is within THRESHOLD_MARGIN of the 3% restart bar."""
+    - a move whose replayed gain is within THRESHOLD_MARGIN of the 3% restart bar;
+    - a move away from a cliff by the live ratio, to a ratio on the holding advisor's plateau."""
     if a[0] == b[0]:
         return True
     for move, held in ((a, b), (b, a)):
@@ -144,6 +146,11 @@ def same_decision(a: Advice, b: Advice) -> bool:
                 and plateau[0] / 1.1 <= ratio <= plateau[1] * 1.1):
             return True
         if gain is not None and gain < 1.03 + THRESHOLD_MARGIN:
+            return True
+        # a move away from a cliff next to the live ratio, to a ratio on the holding advisor's plateau: both
+        # put the target among the good ratios; which sampling sees the cliff inside its margin is a draw
+        if (any(CLIFF_NOTE in note for note in move[3]) and ratio is not None and plateau is not None
+                and plateau[0] <= ratio <= plateau[1]):
             return True
     return False
 
