@@ -339,6 +339,25 @@ def observe_traffic_interval(traffic: TrafficEstimator, now: float, delta: Obser
     )
 
 
+def chunked_prefill_size_of(info: ServerInfo | None, boot: BootInfo | None) -> int | None:
+    """Where the server cuts a long prompt (0: chunking off), as /server_info (the live server's) or else the
+    boot log shows it; None when neither does."""
+    if info is not None and info.chunked_prefill_size is not None:
+        return info.chunked_prefill_size
+    return boot.chunked_prefill_size if boot is not None else None
+
+
+def decode_log_interval_of(info: ServerInfo | None, boot: BootInfo | None) -> int:
+    """Decode steps between two `Decode batch` lines: --decode-log-interval as /server_info or the boot log's
+    server args show it, else SGLang's default."""
+    if info is not None and info.decode_log_interval:
+        return info.decode_log_interval
+    value = boot.server_args.get("decode_log_interval") if boot is not None else None
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    return DEFAULT_DECODE_LOG_INTERVAL
+
+
 def scheduler_server(model: ServerModel, boot: BootInfo | None, cost: CostModel,
                      info: ServerInfo | None = None) -> SchedulerServerConfig | None:
     """The scheduler model's view of this server (per DP worker), when its pools are known. Its admission knobs
@@ -347,9 +366,7 @@ def scheduler_server(model: ServerModel, boot: BootInfo | None, cost: CostModel,
     if model.constants is None or model.rest_bytes is None:
         return None
     args = boot.server_args if boot is not None else {}
-    shown = info.chunked_prefill_size if info is not None else None
-    if shown is None and boot is not None:
-        shown = boot.chunked_prefill_size
+    shown = chunked_prefill_size_of(info, boot)
     # --chunked-prefill-size -1 turns chunking off: a prompt is prefilled whole, as one chunk of the context
     chunk = 8192 if shown is None else shown if shown > 0 else model.model_context_len
     max_prefill = (info.max_prefill_tokens if info is not None else None) or _positive_number(

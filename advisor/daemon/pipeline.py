@@ -22,9 +22,10 @@ from advisor.estimate.traffic import TrafficEstimator, TrafficSettings
 from advisor.estimate.workload import EstimatorSettings, WorkloadEstimator
 from advisor.export.snapshot import HISTORY_POINTS, HistoryPoint, ServerView, history_point
 from advisor.feeder import (
-    DEFAULT_DECODE_LOG_INTERVAL,
     ByteOverrides,
     ServerInfoConstants,
+    chunked_prefill_size_of,
+    decode_log_interval_of,
     exact_requests,
     model_name_of,
     observe_traffic_interval,
@@ -404,16 +405,10 @@ class ServerPipeline:
         self.ledger.begin_cycle()
 
     def decode_log_interval(self) -> int:
-        """Decode steps between two `Decode batch` lines: the server's --decode-log-interval as /server_info or
-        the boot log's server args show it, else SGLang's default. The prefills a line's interval held are
-        spread over these steps (an operator who raised it to quiet the log would otherwise have them read
-        as that many times dearer a step)."""
-        if self.server_info is not None and self.server_info.decode_log_interval:
-            return self.server_info.decode_log_interval
-        value = self.boot.server_args.get("decode_log_interval") if self.boot is not None else None
-        if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
-            return value
-        return DEFAULT_DECODE_LOG_INTERVAL
+        """The server's --decode-log-interval (`decode_log_interval_of`): the prefills a decode line's interval
+        held are spread over its steps (read as the default 40, an operator who raised it to quiet the log would
+        have them read as that many times dearer a step)."""
+        return decode_log_interval_of(self.server_info, self.boot)
 
     def _read_logs(self, now: float, report: CycleReport) -> None:
         reading = self.source.read_logs()
@@ -433,8 +428,7 @@ class ServerPipeline:
                 [[line.new_seqs, line.new_tokens, line.cached_tokens or 0, -1 if line.dp_rank is None else line.dp_rank]
                  for line in reading.prefill_batches
                  if line.new_seqs is not None and line.new_tokens is not None],
-                chunk_tokens=((self.server_info.chunked_prefill_size if self.server_info is not None else None)
-                              or (self.boot.chunked_prefill_size if self.boot is not None else None)),
+                chunk_tokens=chunked_prefill_size_of(self.server_info, self.boot),
                 page_size=self.boot.page_size if self.boot is not None else 1,
             )
         if reading.request_lengths:

@@ -324,3 +324,22 @@ def test_the_gauges_step_samples_carry_the_scrape_intervals_prefills():
     assert steady.prefill_batches == pytest.approx(50 / 400 * 40)
     assert grown.prefill_tokens == pytest.approx(grown.prefill_batches * 1000)  # (120,000 - 20,000) / 100
     assert not grown.prefill_read and grown.steps == 40 and grown.batch == 50
+
+
+def test_the_decode_log_interval_is_the_servers_own_from_server_info_else_the_boot_log():
+    import dataclasses
+
+    from advisor.feeder import DEFAULT_DECODE_LOG_INTERVAL, chunked_prefill_size_of, decode_log_interval_of
+
+    info, boot = _info(), _boot()
+    assert decode_log_interval_of(dataclasses.replace(info, decode_log_interval=100), boot) == 100
+    boot.server_args["decode_log_interval"] = 60
+    assert decode_log_interval_of(dataclasses.replace(info, decode_log_interval=None), boot) == 60
+    for unreadable in ("often", True, 0):
+        boot.server_args["decode_log_interval"] = unreadable
+        assert decode_log_interval_of(None, boot) == DEFAULT_DECODE_LOG_INTERVAL
+    assert decode_log_interval_of(None, None) == DEFAULT_DECODE_LOG_INTERVAL
+    # the chunk: /server_info's, chunking off (0) included, else the boot log's
+    assert chunked_prefill_size_of(dataclasses.replace(info, chunked_prefill_size=0), boot) == 0
+    assert chunked_prefill_size_of(dataclasses.replace(info, chunked_prefill_size=None), boot) == boot.chunked_prefill_size
+    assert chunked_prefill_size_of(None, None) is None
