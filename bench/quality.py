@@ -37,6 +37,7 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -92,7 +93,7 @@ SHAPE_FACTORS = {"diurnal": 0.5, "regime-shift": 0.7}
 HELDOUT_DIR = Path(__file__).resolve().parent / "heldout"
 HELDOUT_SERVERS = ("default", "single-gpu-moe")
 # Deployments never used to tune the advisor (`--heldout`, bench/heldout/servers/): every shape, the suite's and
-# the held-out ones, is new there. server -> (rate factor, as SERVERS).
+# the held-out ones, is new there. server -> the rate factor (as in SERVERS).
 HELDOUT_DEPLOYMENTS: dict[str, float] = {"tp2-dense-mamba2": 0.5}
 # Stationary traffic: any change of decision during the watch is flapping.
 STEADY_SHAPES = frozenset(
@@ -138,21 +139,21 @@ class Curve:
     longer than the pool at once) is no candidate for the best: in deep overload, refusing the long requests
     would otherwise read as serving the rest within the queue bound."""
 
-    points: list[tuple[float, ...]]
+    points: list[tuple[float, ...]]  # built once: `candidates` and `overloaded` are read from it once
     formula_ratio: float
     formula: tuple[float, float]  # (SLO, raw) goodput at the formula ratio
     default: tuple[float, float]  # ... at 0.9
 
+    @cached_property
     def candidates(self) -> list[tuple[float, ...]]:
         """The points that refuse no more of the arrivals than the fewest any ratio refuses (within REFUSED_SLACK)."""
-        fewest = min(refused_share(p) for p in self.points)
-        return [p for p in self.points if refused_share(p) <= fewest + REFUSED_SLACK]
+        fewest = min(p[3] for p in self.points)
+        return [p for p in self.points if p[3] <= fewest + REFUSED_SLACK]
 
-    @property
+    @cached_property
     def overloaded(self) -> bool:
-        candidates = self.candidates()
-        best_slo = max(p[1] for p in candidates)
-        best_raw = max(p[2] for p in candidates)
+        best_slo = max(p[1] for p in self.candidates)
+        best_raw = max(p[2] for p in self.candidates)
         return best_slo < OVERLOAD_SLO_SHARE * best_raw
 
     def metric(self, slo: float, raw: float) -> float:
@@ -160,7 +161,7 @@ class Curve:
 
     def best(self) -> tuple[float, float]:
         """(oracle ratio, its metric): the middle (geometric) of the ratios tied at the top."""
-        candidates = self.candidates()
+        candidates = self.candidates
         values = [self.metric(p[1], p[2]) for p in candidates]
         top = max(values)
         tied = [p[0] for p, v in zip(candidates, values, strict=True) if v >= top * (1 - 1e-3)]
@@ -169,15 +170,11 @@ class Curve:
 
     def width(self) -> tuple[float, float]:
         """The ratio range within WIDTH_TOLERANCE of the best."""
-        candidates = self.candidates()
+        candidates = self.candidates
         values = [self.metric(p[1], p[2]) for p in candidates]
         top = max(values)
         close = [p[0] for p, v in zip(candidates, values, strict=True) if v >= top * (1 - WIDTH_TOLERANCE)]
         return min(close), max(close)
-
-
-def refused_share(point: tuple[float, ...]) -> float:
-    return point[3] if len(point) > 3 else 0.0
 
 
 @dataclass
@@ -454,7 +451,7 @@ def evaluate(case: Case, args: argparse.Namespace, cached: dict[str, Any] | None
     else:
         at_target = result
     oracle_ratio, top = curve.best()
-    best_raw = max(p[2] for p in curve.candidates())
+    best_raw = max(p[2] for p in curve.candidates)
     low, high = curve.width()
     shifts = shift_times(workload, minutes * 60.0)
     settle, per_shift = settling(cycles, shifts, minutes * 60.0)
