@@ -17,7 +17,7 @@ from advisor.config import AdvisorConfig, TargetConfig
 from advisor.daemon.replay_pool import runner as replay_runner
 from advisor.errors import InputError
 from advisor.estimate.deltas import CounterTracker, ObservationDelta
-from advisor.estimate.steptime import StepTimeEstimator
+from advisor.estimate.steptime import StepTimeEstimator, attention_context_of
 from advisor.estimate.traffic import TrafficEstimator, TrafficSettings
 from advisor.estimate.workload import EstimatorSettings, WorkloadEstimator
 from advisor.export.snapshot import HISTORY_POINTS, HistoryPoint, ServerView, history_point
@@ -567,10 +567,13 @@ class ServerPipeline:
             if self.replay_result is None and self._warming_up(picture):
                 return None
             step_time = self.server_state.step_time
-            fit = step_time.fit(model.serving.draft_tokens if spec_enabled(model.serving) else 0)
             traffic = self.server_state.traffic.picture(seed=self.cycles)
             if traffic is None:
                 return self.replay_result
+            fit = step_time.fit(model.serving.draft_tokens if spec_enabled(model.serving) else 0,
+                                attention_context=attention_context_of(
+                                    (r.input_tokens, r.prefix_tokens if r.prefix_group else 0)
+                                    for r in traffic.requests))
             # ... and for as many requests as a recommendation needs (a curve of fewer moves by more than its noise
             # from one replay to the next), unless the window is full: a slow server's window may never hold them.
             wanted = self.recommender_settings.min_requests

@@ -15,6 +15,7 @@ the right overall speed and spread data separates the per-request and per-KV-tok
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -58,6 +59,18 @@ class StepTimeFit:
     cost: CostModel
     samples: float
     speed_factor: float  # fitted seconds per step over the default's, at the observed batches (>1: slower)
+
+
+def attention_context_of(prompts: Iterable[tuple[int, int]]) -> float:
+    """The mean attention context of the tokens prefilled for (prompt tokens, tokens already cached) pairs: sum
+    of n (c + n/2) over sum of n, n = prompt - cached (the scheduler model's prefill cost charges each token
+    its context; chunking a prompt does not change the sum). 0 without prompts."""
+    tokens = products = 0.0
+    for prompt, cached in prompts:
+        new = max(0, prompt - max(0, cached))
+        tokens += new
+        products += new * (max(0, cached) + new / 2.0)
+    return products / tokens if tokens > 0 else 0.0
 
 
 class StepTimeEstimator:
@@ -130,9 +143,15 @@ class StepTimeEstimator:
             used += 1
         return used
 
-    def fit(self, draft_tokens: int = 0) -> StepTimeFit | None:
+    def fit(self, draft_tokens: int = 0, attention_context: float = 0.0) -> StepTimeFit | None:
         """The cost model the samples imply, or None before any sample. With speculative decoding (`draft_tokens`
-        > 0) the fitted per-request term holds the verify overhead, which the cost model keeps apart."""
+        > 0) the fitted per-request term holds the verify overhead, which the cost model keeps apart.
+
+        `attention_context`: the traffic's prefilled tokens' mean attention context, sum of n (c + n/2) over sum
+        of n for prompts prefilling n tokens on c already in KV (`attention_context_of`). A prefill line shows
+        its tokens, not what they attend to, so a per-token cost fitted from the lines holds the attention term
+        at that mean as well; it is split back into the two terms in the default's proportion (else a replay
+        would charge the attention twice: a 66K-token prompt's prefill 4% dear)."""
         if self.weight <= 0 or not np.isfinite(self.normal).all():
             return None
         ones = np.ones(len(FEATURES))
@@ -168,11 +187,16 @@ class StepTimeEstimator:
         fitted = dict(zip(FEATURES, (float(c) for c in coefficients), strict=True))
         if draft_tokens > 0 and self.accept_sum > 0:
             fitted["spec_accept_length"] = max(1.0, self.accept_sum / self.weight)
-        # Prefill's attention term is not separately visible: it scales with the prefill per-token fit.
-        context_scale = theta[4]
+        # Prefill's attention term is not separately visible: it scales with the prefill per-token fit, which holds
+        # it at the traffic's mean attention context where the prefill features were read.
+        context_scale = float(theta[4])
+        if not estimated and attention_context > 0 and self.prior.prefill_per_token_seconds > 0:
+            share = self.prior.prefill_per_token_context_seconds / self.prior.prefill_per_token_seconds
+            context_scale /= 1.0 + share * attention_context
+            fitted["prefill_per_token_seconds"] = self.prior.prefill_per_token_seconds * context_scale
         cost = replace(
             self.prior, **fitted,
-            prefill_per_token_context_seconds=self.prior.prefill_per_token_context_seconds * float(context_scale),
+            prefill_per_token_context_seconds=self.prior.prefill_per_token_context_seconds * context_scale,
         )
         return StepTimeFit(cost=cost, samples=self.weight, speed_factor=scale)
 
