@@ -427,6 +427,9 @@ def _would_hold(replay: ReplayCurve, settings: RecommenderSettings, previous: Re
 KEEP_PLATEAU_NOISE_FACTOR = 2.0
 # The hold band around a live ratio kept against a contradicted replay (the replay's own min_move).
 CONTRADICTED_HOLD_FACTOR = 1.1
+# A live ratio within this factor of a move advised before has taken it (the replay's min_move: no smaller move is
+# advised, the hold band spans at least that much either side of a chosen ratio).
+APPLIED_MOVE_FACTOR = 1.1
 
 
 @dataclass(frozen=True)
@@ -442,11 +445,13 @@ class KeptMove:
 
 
 def kept_move(previous: Recommendation | None, live_ratio: float) -> KeptMove | None:
-    """The last cycle's advice when it was a move of the live ratio that still points the same way from it."""
+    """The last cycle's advice when it was a move of the live ratio that still points the same way from it, and
+    by more than APPLIED_MOVE_FACTOR: a server restarted at the advised ratio, as the flag line rounds it, has
+    taken the move (r 7.2 for an advised 7.205 is not a raise still to make)."""
     if previous is None or previous.ratio is None or previous.ratio_lower is None or previous.ratio_upper is None:
         return None
-    raises = previous.decision == "raise_ratio" and previous.ratio > live_ratio
-    lowers = previous.decision == "lower_ratio" and previous.ratio < live_ratio
+    raises = previous.decision == "raise_ratio" and previous.ratio > live_ratio * APPLIED_MOVE_FACTOR
+    lowers = previous.decision == "lower_ratio" and previous.ratio * APPLIED_MOVE_FACTOR < live_ratio
     if not (raises or lowers):
         return None
     return KeptMove(previous.decision, previous.reason_code, previous.ratio, previous.ratio_lower,

@@ -404,3 +404,20 @@ def test_a_move_advised_before_stands_against_a_replay_the_server_contradicts():
     assert decide(Recommendation(decision="hold", reason="", ratio=0.9, ratio_lower=0.8, ratio_upper=1.0)).decision == "hold"
     assert decide(None).decision == "hold"
     assert decide(advised, live=3.0).decision != "raise_ratio"  # the live r is past the advised one: nothing kept
+
+
+def test_a_move_the_operator_applied_as_the_flag_line_rounds_it_is_not_kept_as_a_move_still_to_make():
+    """The advice was to raise to 7.205; the server restarted at 7.2 has taken it, so a next replay that would hold
+    is not overruled by the old move. A live ratio still well short of it keeps the move, and a lower stands the
+    same way."""
+    from advisor.recommend.engine import kept_move
+
+    raised = Recommendation(decision="raise_ratio", reason="", reason_code="replay_gain", ratio=7.205,
+                            ratio_lower=6.6, ratio_upper=7.9)
+    assert kept_move(raised, 7.2) is None
+    kept = kept_move(raised, 0.9)
+    assert kept is not None and kept.decision == "raise_ratio" and kept.ratio == 7.205
+    lowered = Recommendation(decision="lower_ratio", reason="", reason_code="replay_gain", ratio=0.5,
+                             ratio_lower=0.45, ratio_upper=0.55)
+    assert kept_move(lowered, 0.52) is None
+    assert kept_move(lowered, 0.9) is not None
