@@ -5,8 +5,7 @@ simulated goodput curve.
 Each candidate is scored by SLO goodput (tokens/s of requests queued within a bound), three parts in four, and raw
 goodput (output tokens/s served), one in four: a state-bound split pays for the queue it builds, a KV-bound one for
 its retractions and requeues, and near capacity, where the SLO figure flips with the realisation of the arrivals,
-the raw part keeps the score steady. Past capacity, where no candidate meets the bound, the SLO part is taken at
-the first looser bound that a real share of the tokens meets: which split queues least still tells them apart. Where the curve is flat within the replay's noise, the choice is the
+the raw part keeps the score steady. Where the curve is flat within the replay's noise, the choice is the
 plateau's geometric middle: the ratio furthest, in log r, from where the curve was seen to fall on either side
 (or from the ends of what was tried), never the plateau's lowest or highest ratio. A plateau end with nothing
 tried within half a step outside it is probed half a step further first, so that the middle is not that of a
@@ -118,8 +117,8 @@ class ReplayCurve:
     width_lower: float  # the ratio range within flat_tolerance of the best
     width_upper: float
     flat: bool  # several candidates were equally good (the choice is their middle)
-    # What `goodput` holds: "goodput_score" = 3/4 SLO + 1/4 raw goodput; past capacity (no candidate meets the queue
-    # bound) "goodput_score_queue_40s" and the like (the SLO part at that looser bound), or "raw_goodput" past them.
+    # What `goodput` holds: "goodput_score" = 3/4 SLO + 1/4 raw goodput, or under sustained overload (no candidate
+    # meets the queue bound) "raw_goodput".
     metric: str
     requests: int
     window_seconds: float
@@ -225,15 +224,8 @@ RAW_GOODPUT_SHARE = 0.25
 
 
 # Sustained overload: the best SLO goodput of the first candidates under this share of the best raw goodput. No
-# split then meets the queue bound, and which requests happen to is noise.
+# split then meets the queue bound, and which requests happen to is noise: the candidates score raw goodput.
 OVERLOAD_SLO_SHARE = 0.1
-# ... so the candidates are ordered by how long they keep requests waiting: SLO goodput at the first of these
-# looser bounds (s) under which the best candidate serves at least LOOSE_BOUND_SHARE of what it serves. A replay
-# sits a few percent past capacity from an estimate a few percent off (a prefill priced 4% high took a DCP server's
-# best SLO share from 0.4 to 0.06), and raw goodput, flat there, cannot tell a split that queues for a minute from
-# one that queues for ten. Past the last bound, raw goodput alone.
-LOOSE_QUEUE_BOUNDS = (20.0, 40.0, 80.0, 160.0, 320.0)
-LOOSE_BOUND_SHARE = 0.5
 
 
 def _raw_goodput(result: SimResult) -> float:
@@ -243,38 +235,28 @@ def _raw_goodput(result: SimResult) -> float:
     return result.goodput_tokens_per_second + result.in_flight_tokens_per_second
 
 
-def _slo_goodput(result: SimResult, bound: float | None = None) -> float:
-    """`_raw_goodput` of the requests queued within the bound (the replay's own, or one of `LOOSE_QUEUE_BOUNDS`)."""
-    if bound is None:
-        return result.slo_goodput_tokens_per_second + result.in_flight_slo_tokens_per_second
-    return dict(result.slo_goodput_by_bound).get(bound, 0.0)
+def _slo_goodput(result: SimResult) -> float:
+    """`_raw_goodput` of the requests queued within the bound."""
+    return result.slo_goodput_tokens_per_second + result.in_flight_slo_tokens_per_second
 
 
-def _score(result: SimResult, bound: float | None = None) -> float:
+def _score(result: SimResult, overloaded: bool = False) -> float:
     """SLO goodput, three parts in four, raw goodput one: what an operator is served is tokens within the queue
     bound, and a served token late still counts a little. Raw goodput alone is blind to the queue a short clamp
-    builds under capacity; SLO goodput alone flips with the arrivals' realisation near capacity. With half raw, a
-    plateau ran a cliff's width further than the SLO figure's (a 0.75% tolerance on the score is 1.5% of SLO
-    goodput). `bound`: the looser queue bound sustained overload scores at (`_scoring_bound`); inf, raw goodput
-    alone."""
-    if bound == math.inf:
+    builds under capacity; SLO goodput alone flips with the arrivals' realisation near capacity and is zero for
+    every ratio under sustained overload (`overloaded`: raw goodput alone). With half raw, a plateau ran a
+    cliff's width further than the SLO figure's (a 0.75% tolerance on the score is 1.5% of SLO goodput)."""
+    if overloaded:
         return _raw_goodput(result)
-    return RAW_GOODPUT_SHARE * _raw_goodput(result) + (1.0 - RAW_GOODPUT_SHARE) * _slo_goodput(result, bound)
+    return RAW_GOODPUT_SHARE * _raw_goodput(result) + (1.0 - RAW_GOODPUT_SHARE) * _slo_goodput(result)
 
 
-def _scoring_bound(results: Iterable[SimResult]) -> float | None:
-    """None where some candidate meets the queue bound for more than a sliver of what it serves
-    (OVERLOAD_SLO_SHARE); else the first of LOOSE_QUEUE_BOUNDS under which the best candidate serves half of it,
-    or inf (raw goodput) past them all."""
+def _overloaded(results: Iterable[SimResult]) -> bool:
+    """No candidate meets the queue bound for more than a sliver of what it serves (OVERLOAD_SLO_SHARE)."""
     done = list(results)
     best_raw = max((_raw_goodput(r) for r in done), default=0.0)
     best_slo = max((_slo_goodput(r) for r in done), default=0.0)
-    if not (best_raw > 0 and best_slo < OVERLOAD_SLO_SHARE * best_raw):
-        return None
-    for bound in LOOSE_QUEUE_BOUNDS:
-        if max(_slo_goodput(r, bound) for r in done) >= LOOSE_BOUND_SHARE * best_raw:
-            return bound
-    return math.inf
+    return best_raw > 0 and best_slo < OVERLOAD_SLO_SHARE * best_raw
 
 
 def run_ratios(server: SchedulerServerConfig, picture: TrafficPicture, ratios: Sequence[float],
@@ -291,7 +273,6 @@ def _run(server: SchedulerServerConfig, picture: TrafficPicture, ratio: float, s
     return simulate(
         server.with_ratio(ratio), _PictureSource(picture), duration=window, warmup=window * settings.warmup_fraction,
         arrivals=picture.requests, queue_time_bound=settings.queue_time_bound,
-        extra_queue_time_bounds=LOOSE_QUEUE_BOUNDS,
     )
 
 
@@ -428,10 +409,10 @@ def replay_curve(
         first = [r for r in first if r != live_ratio]
     results.update(zip(first, run_many(server, picture, first, settings), strict=True))
 
-    bound = _scoring_bound(results.values())
+    overloaded = _overloaded(results.values())
 
     def score(r: float) -> float:
-        return _score(results[r], bound)
+        return _score(results[r], overloaded)
 
     def tolerance_of(best: float) -> float:
         """The share of the best score within which another is as good: the plateau's, and the replay's noise."""
@@ -481,8 +462,7 @@ def replay_curve(
     candidates = sorted(results)  # the live ratio too: where it is as good as the best, the operator holds
     best, plateau = plateau_of(candidates)
     chosen = math.sqrt(plateau[0] * plateau[-1])
-    metric = ("goodput_score" if bound is None else "raw_goodput" if bound == math.inf
-              else f"goodput_score_queue_{bound:g}s")
+    metric = "raw_goodput" if overloaded else "goodput_score"
     scores = {r: score(r) for r in results}
     chosen_goodput = _interpolated(scores, chosen)
     hold_lower = min(plateau[0] * settings.edge_margin, chosen / settings.min_move)
@@ -499,7 +479,7 @@ def replay_curve(
         robust_plain = _gain(robust(chosen), robust(live_ratio))
         if max(g or 0.0 for g in (plain, robust_plain)) < settings.headroom_below_gain:
             at_live, at_chosen = run_many(server, heavier(picture, headroom), [live_ratio, chosen], settings)
-            headroom_gain = _gain(_score(at_chosen, bound), _score(at_live, bound))
+            headroom_gain = _gain(_score(at_chosen, overloaded), _score(at_live, overloaded))
             if headroom_gain is not None and headroom_gain > 1.0 + tolerance_of(best):
                 # The live ratio only just serves this draw: it is off the plateau the traffic, not the draw, has.
                 if live_ratio < chosen:

@@ -53,8 +53,7 @@ class Recommendation:
     goodput_curve_width_ratio: float | None = None  # upper / lower end of the r range within noise of the best
     goodput_plateau: tuple[float, float] | None = None  # that r range (ratio_lower/upper: it less the edge margin)
     goodput_curve: list[tuple[float, float]] = field(default_factory=list)  # (r, replayed goodput tokens/s)
-    # what the curve's goodput is: "goodput_score" = 3/4 SLO + 1/4 raw goodput; past capacity (no split meets the
-    # queue bound) "goodput_score_queue_40s" and the like, the SLO part at that looser bound, or "raw_goodput"
+    # what the curve's goodput is: "goodput_score" = 3/4 SLO + 1/4 raw goodput, "raw_goodput" under sustained overload
     replay_metric: str | None = None
     replay_requests: int | None = None  # requests replayed, over replay_window_seconds, from replay_source
     replay_window_seconds: float | None = None

@@ -1322,9 +1322,6 @@ class SimResult:
     # between two close ratios; these do not.
     in_flight_tokens_per_second: float = 0.0
     in_flight_slo_tokens_per_second: float = 0.0
-    # (bound, SLO goodput with the in-flight part at that queue-time bound) for each of `simulate`'s
-    # extra_queue_time_bounds: a replay whose candidates all queue past the main bound orders them by a looser one.
-    slo_goodput_by_bound: tuple[tuple[float, float], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -1378,13 +1375,11 @@ def simulate(
     warmup: float = 0.0,
     arrivals: Sequence[RequestSpec] | None = None,
     queue_time_bound: float = DEFAULT_QUEUE_TIME_BOUND,
-    extra_queue_time_bounds: Sequence[float] = (),
 ) -> SimResult:
     """Run `workload` on `server` for `duration` simulated seconds; statistics after `warmup`.
 
     With `serving.dp_size` > 1 the traffic is split round-robin over that many workers and the
-    counts and goodput are summed; time-weighted means are per worker. `extra_queue_time_bounds` adds the SLO
-    goodput (in-flight part included) at each of those bounds too (`SimResult.slo_goodput_by_bound`).
+    counts and goodput are summed; time-weighted means are per worker.
     """
     if not duration > 0:
         raise ValueError(f"duration must be > 0 seconds, got {duration}")
@@ -1425,14 +1420,6 @@ def simulate(
     if mean_context > 0:
         formula = optimal_ratio_for(server.serving, server.constants, mean_context)
     in_flight = [w[0].in_flight_output(queue_time_bound) for w in workers]
-    by_bound: list[tuple[float, float]] = []
-    if extra_queue_time_bounds:
-        completions = np.asarray([completion for _, _, completion, _, _ in completed], dtype=float)
-        waits = np.asarray(queue_times, dtype=float)
-        for bound in extra_queue_time_bounds:
-            within = float(completions[waits <= bound].sum())
-            within += sum(w[0].in_flight_output(bound)[1] for w in workers)
-            by_bound.append((float(bound), within / measured))
     return SimResult(
         ratio=server.ratio,
         max_running_requests=first.clamp,
@@ -1470,7 +1457,6 @@ def simulate(
         mean_e2e_latency=float(np.mean([e2e for _, _, _, _, e2e in completed])) if completed else 0.0,
         in_flight_tokens_per_second=sum(total for total, _ in in_flight) / measured,
         in_flight_slo_tokens_per_second=sum(within for _, within in in_flight) / measured,
-        slo_goodput_by_bound=tuple(by_bound),
     )
 
 

@@ -7,7 +7,6 @@ import pytest
 
 from advisor.estimate.traffic import TrafficPicture
 from advisor.recommend.replay import (
-    LOOSE_QUEUE_BOUNDS,
     CurvePoint,
     ReplayCurve,
     ReplaySettings,
@@ -234,18 +233,15 @@ def test_a_rising_rate_is_replayed_as_heavy_as_the_windows_last_minutes_came():
         ReplaySettings(headroom=1.3, headroom_max=1.2)
 
 
-def _served(raw_of, slo_of, loose_of=None):
-    """A stand-in whose raw and SLO goodput at each ratio are given functions of r (`loose_of(r, bound)`: the SLO
-    goodput at each looser bound, none by default)."""
+def _served(raw_of, slo_of):
+    """A stand-in whose raw and SLO goodput at each ratio are given functions of r."""
     from dataclasses import replace as dc_replace
 
     template = _template()
 
     def run_many(_server, _picture, ratios, _settings):
         return [dc_replace(template, ratio=r, completed_requests=5000, goodput_tokens_per_second=raw_of(r),
-                           slo_goodput_tokens_per_second=slo_of(r),
-                           slo_goodput_by_bound=tuple((b, loose_of(r, b)) for b in LOOSE_QUEUE_BOUNDS) if loose_of
-                           else ()) for r in ratios]
+                           slo_goodput_tokens_per_second=slo_of(r)) for r in ratios]
     return run_many
 
 
@@ -271,46 +267,6 @@ def test_slo_goodput_weighs_three_parts_in_four_and_under_sustained_overload_raw
     assert overloaded is not None and overloaded.metric == "raw_goodput"
     assert abs(math.log(overloaded.best_ratio / 1.2)) < 0.2
     assert all(p.goodput == p.raw_goodput for p in overloaded.points)
-
-
-def test_past_capacity_the_first_looser_queue_bound_that_a_real_share_meets_orders_the_candidates():
-    """Every candidate queues past the 10 s bound (SLO goodput 2% of raw at best), raw goodput is flat (peak 1.2, 1%
-    off at 3), and the waits differ: at 20 s the best candidate serves 30% of its tokens, at 40 s 80%, peaking at 3.
-    The replay scores at 40 s, the first bound a real share meets, and finds 3, where raw goodput would have
-    found 1.2; with no looser bound met it falls back to raw goodput."""
-    server = load_server_config("default")
-    picture = TrafficPicture([RequestSpec(float(t), 100, 10, 100) for t in range(200)], 200.0, "test")
-
-    def raw(r):
-        return 1000.0 - 10.0 * abs(math.log(r / 1.2))
-
-    def loose(r, bound):
-        share = {20.0: 0.3, 40.0: 0.8}.get(bound, 0.9)
-        return share * max(0.0, 1000.0 - 400.0 * abs(math.log(r / 3.0)))
-
-    curve = replay_curve(server, picture, prior_ratio=2.0, live_ratio=None,
-                         run_many=_served(raw, lambda r: 20.0, loose))
-    assert curve is not None and curve.metric == "goodput_score_queue_40s"
-    assert abs(math.log(curve.best_ratio / 3.0)) < 0.15
-    point = curve.points[0]
-    assert point.goodput == pytest.approx(0.25 * point.raw_goodput + 0.75 * loose(point.ratio, 40.0))
-    never = replay_curve(server, picture, prior_ratio=2.0, live_ratio=None,
-                         run_many=_served(raw, lambda r: 20.0, lambda r, bound: 0.2 * raw(r)))
-    assert never is not None and never.metric == "raw_goodput"
-    assert all(p.goodput == p.raw_goodput for p in never.points)
-
-
-def test_the_loose_bounds_are_the_scheduler_models_own_figures():
-    """`simulate` counts a request within a bound by its total queue time, in-flight decoding included: the
-    figure grows with the bound, reaches raw goodput (with in-flight) once every wait is within it, and at the
-    replay's own bound equals the SLO figure."""
-    server = load_server_config("default").with_ratio(0.3)
-    result = simulate(server, workload_from_dict(_chat(6.0)), duration=600.0, warmup=60.0,
-                      extra_queue_time_bounds=(10.0, 40.0, 1e9))
-    by_bound = dict(result.slo_goodput_by_bound)
-    assert by_bound[10.0] == pytest.approx(result.slo_goodput_tokens_per_second + result.in_flight_slo_tokens_per_second)
-    assert by_bound[10.0] < by_bound[40.0] <= by_bound[1e9]
-    assert by_bound[1e9] == pytest.approx(result.goodput_tokens_per_second + result.in_flight_tokens_per_second)
 
 
 def test_a_sharp_optimum_is_bracketed_closer_than_the_grid():

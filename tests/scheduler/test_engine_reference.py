@@ -26,7 +26,6 @@ from advisor.sim.workload import workload_from_dict
 
 REFERENCE = Path(__file__).resolve().parent.parent / "fixtures" / "scheduler" / "engine_reference.json"
 RELATIVE = 1e-9  # float figures may differ by rounding only
-EXTRA_BOUNDS = (20.0, 80.0)  # SLO goodput at looser queue bounds too (what a replay under overload scores)
 
 _CONSTANTS = {"state_bytes_per_slot": "13.50 GiB / 258", "kv_bytes_per_token": "15.03 GiB / 1167552"}
 # advisor/data/servers/{default,spec,dcp8}.yaml as of this reference, inline so that retuning them does not move it
@@ -149,8 +148,7 @@ def reference_results() -> dict[str, Any]:
         traffic = _traffic(shape, 7, DURATION)
         for ratio in ratios:
             server = _server(name, variant, ratio)
-            result = simulate(server, UNUSED, duration=DURATION, warmup=WARMUP, arrivals=traffic,
-                              extra_queue_time_bounds=EXTRA_BOUNDS)
+            result = simulate(server, UNUSED, duration=DURATION, warmup=WARMUP, arrivals=traffic)
             results[f"simulate/{name}{'-' + variant if variant else ''}/{shape}/{ratio}"] = result.to_dict()
     for name, shape, ratio in (("tp8", "sessions", 2.0), ("spec", "chat", 8.0), ("tp8", "long", 14.0)):
         results[f"events/{name}/{shape}/{ratio}"] = _event_summary(_server(name, "", ratio),
