@@ -91,7 +91,6 @@ class StepTimeEstimator:
         # their ratio is the overall speed where the features are noisy (a regression on them would attenuate it).
         self.time_sum = 0.0
         self.default_time_sum = 0.0
-        self.default_prefill_token_sum = 0.0  # ... of which the default's time for the prefill tokens
         self.last_time: float | None = None
 
     def _prior_vector(self) -> np.ndarray:
@@ -107,7 +106,6 @@ class StepTimeEstimator:
             self.estimated_weight *= factor
             self.time_sum *= factor
             self.default_time_sum *= factor
-            self.default_prefill_token_sum *= factor
         self.last_time = now if self.last_time is None else max(self.last_time, now)
 
     def observe(self, now: float, samples: list[StepSample]) -> int:
@@ -142,7 +140,6 @@ class StepTimeEstimator:
             self.estimated_weight += 0.0 if sample.prefill_read else 1.0
             self.time_sum += seconds_per_step
             self.default_time_sum += default_seconds
-            self.default_prefill_token_sum += float(z[4])
             used += 1
         return used
 
@@ -154,9 +151,7 @@ class StepTimeEstimator:
         of n for prompts prefilling n tokens on c already in KV (`attention_context_of`). A prefill line shows
         its tokens, not what they attend to, so a per-token cost fitted from the lines holds the attention term
         at that mean as well; it is split back into the two terms in the default's proportion (else a replay
-        would charge the attention twice: a 66K-token prompt's prefill 4% dear). Where the prefill features are
-        estimated from counters, the default's time for a sample counts that attention, so neither the overall
-        speed nor the decode costs hold it."""
+        would charge the attention twice: a 66K-token prompt's prefill 4% dear)."""
         if self.weight <= 0 or not np.isfinite(self.normal).all():
             return None
         ones = np.ones(len(FEATURES))
@@ -169,14 +164,8 @@ class StepTimeEstimator:
         # ratio of the step times to the default's (a regression on noisy features would read it fast), and the
         # decode costs are fitted to what the step time leaves.
         estimated = self.estimated_weight > 0.5 * self.weight
-        # The default's prefill per token at the traffic's mean attention context, over its per-token term alone.
-        attention = 1.0
-        if attention_context > 0 and self.prior.prefill_per_token_seconds > 0:
-            attention += self.prior.prefill_per_token_context_seconds / self.prior.prefill_per_token_seconds \
-                * attention_context
         if estimated and self.default_time_sum > 0:
-            # The default's time for a sample counts its prefill tokens' attention too.
-            scale = self.time_sum / (self.default_time_sum + (attention - 1.0) * self.default_prefill_token_sum)
+            scale = self.time_sum / self.default_time_sum
         else:
             scale = float(ones @ self.moment) / denominator
         if not math.isfinite(scale) or scale <= 0:
@@ -187,9 +176,7 @@ class StepTimeEstimator:
         fixed = np.setdiff1d(np.arange(len(FEATURES)), free)
         try:
             normal = self.normal[np.ix_(free, free)] + ridge * np.eye(len(free))
-            # The fixed prefill costs take their time with the attention (the decode costs must not hold it).
-            held = theta[fixed] * np.where(fixed == 4, attention, 1.0)
-            moment = self.moment[free] - self.normal[np.ix_(free, fixed)] @ held + ridge * scale * ones[free]
+            moment = self.moment[free] - self.normal[np.ix_(free, fixed)] @ theta[fixed] + ridge * scale * ones[free]
             theta[free] = np.linalg.solve(normal, moment)
         except np.linalg.LinAlgError:
             theta = scale * ones
@@ -203,8 +190,9 @@ class StepTimeEstimator:
         # Prefill's attention term is not separately visible: it scales with the prefill per-token fit, which holds
         # it at the traffic's mean attention context where the prefill features were read.
         context_scale = float(theta[4])
-        if not estimated:
-            context_scale /= attention
+        if not estimated and attention_context > 0 and self.prior.prefill_per_token_seconds > 0:
+            share = self.prior.prefill_per_token_context_seconds / self.prior.prefill_per_token_seconds
+            context_scale /= 1.0 + share * attention_context
             fitted["prefill_per_token_seconds"] = self.prior.prefill_per_token_seconds * context_scale
         cost = replace(
             self.prior, **fitted,
@@ -226,7 +214,6 @@ class StepTimeEstimator:
             "estimated_weight": self.estimated_weight,
             "time_sum": self.time_sum,
             "default_time_sum": self.default_time_sum,
-            "default_prefill_token_sum": self.default_prefill_token_sum,
             "last_time": self.last_time,
         }
 
@@ -247,7 +234,6 @@ class StepTimeEstimator:
         estimator.estimated_weight = float(data.get("estimated_weight", 0.0))
         estimator.time_sum = float(data.get("time_sum", 0.0))
         estimator.default_time_sum = float(data.get("default_time_sum", 0.0))
-        estimator.default_prefill_token_sum = float(data.get("default_prefill_token_sum", 0.0))
         last = data["last_time"]
         estimator.last_time = None if last is None else float(last)
         return estimator
