@@ -151,7 +151,7 @@ class StepTimeEstimator:
         of n for prompts prefilling n tokens on c already in KV (`attention_context_of`). A prefill line shows
         its tokens, not what they attend to, so a per-token cost fitted from the lines holds the attention term
         at that mean as well; it is split back into the two terms in the default's proportion (else a replay
-        would charge the attention twice: a 66K-token prompt's prefill 4% dear)."""
+        would charge the attention twice: 66K-token prompts' prefill came out 5% dear)."""
         if self.weight <= 0 or not np.isfinite(self.normal).all():
             return None
         ones = np.ones(len(FEATURES))

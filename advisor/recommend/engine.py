@@ -37,7 +37,7 @@ from advisor.recommend.policy import (
     pool_outcome,
     pool_outcomes,
 )
-from advisor.recommend.replay import ReplayCurve
+from advisor.recommend.replay import ReplayCurve, ReplaySettings
 from advisor.recommend.types import Recommendation
 
 
@@ -425,11 +425,10 @@ def _would_hold(replay: ReplayCurve, settings: RecommenderSettings, previous: Re
 # A move advised before stands while its target scores within this many times the replay's plateau tolerance of
 # the best.
 KEEP_PLATEAU_NOISE_FACTOR = 2.0
-# The hold band around a live ratio kept against a contradicted replay (the replay's own min_move).
-CONTRADICTED_HOLD_FACTOR = 1.1
-# A live ratio within this factor of a move advised before has taken it (the replay's min_move: no smaller move is
-# advised, the hold band spans at least that much either side of a chosen ratio).
-APPLIED_MOVE_FACTOR = 1.1
+# The replay's min_move: no smaller move is advised (its hold band spans at least that much either side of a chosen
+# ratio). It is the hold band around a live ratio kept against a contradicted replay, and how close a live ratio must
+# come to a move advised before to have taken it.
+CONTRADICTED_HOLD_FACTOR = APPLIED_MOVE_FACTOR = ReplaySettings().min_move
 
 
 @dataclass(frozen=True)

@@ -412,12 +412,12 @@ def test_a_move_the_operator_applied_as_the_flag_line_rounds_it_is_not_kept_as_a
     same way."""
     from advisor.recommend.engine import kept_move
 
-    raised = Recommendation(decision="raise_ratio", reason="", reason_code="replay_gain", ratio=7.205,
+    raised = Recommendation(decision="raise_ratio", reason="", reason_code="state_pool_short", ratio=7.205,
                             ratio_lower=6.6, ratio_upper=7.9)
     assert kept_move(raised, 7.2) is None
     kept = kept_move(raised, 0.9)
     assert kept is not None and kept.decision == "raise_ratio" and kept.ratio == 7.205
-    lowered = Recommendation(decision="lower_ratio", reason="", reason_code="replay_gain", ratio=0.5,
+    lowered = Recommendation(decision="lower_ratio", reason="", reason_code="kv_pool_short", ratio=0.5,
                              ratio_lower=0.45, ratio_upper=0.55)
     assert kept_move(lowered, 0.52) is None
     assert kept_move(lowered, 0.9) is not None
