@@ -207,6 +207,37 @@ class TrafficPicture:
         return len(self.requests) / self.window_seconds if self.window_seconds > 0 else 0.0
 
 
+def picture_since(picture: TrafficPicture, start: float) -> TrafficPicture:
+    """The picture's requests from `start` (seconds from its window's start) on, their times from there: what ran
+    before is not replayed, nor queued at the start."""
+    kept = [index for index, request in enumerate(picture.requests) if request.time >= start]
+    position = {index: new for new, index in enumerate(kept)}
+    return replace(picture, requests=[replace(picture.requests[i], time=picture.requests[i].time - start) for i in kept],
+                   window_seconds=max(picture.window_seconds - start, 1.0), backlog=0,
+                   fixed_outputs=tuple(position[index] for index in picture.fixed_outputs if index in position))
+
+
+def tiled(picture: TrafficPicture, seconds: float) -> TrafficPicture:
+    """The picture's traffic repeated back to back until it spans `seconds` (what it would be had it lasted that
+    long): each copy's conversations are their own, so no copy reuses another's cached prefixes."""
+    span = picture.window_seconds
+    if not span > 0 or seconds <= span or not picture.requests:
+        return picture
+    copies = int(math.ceil(seconds / span))
+    requests: list[RequestSpec] = []
+    fixed: list[int] = []
+    for copy in range(copies):
+        offset = copy * span
+        for index, request in enumerate(picture.requests):
+            if request.time + offset >= seconds:
+                continue
+            if index in picture.fixed_outputs:
+                fixed.append(len(requests))
+            group = request.prefix_group if copy == 0 or request.prefix_group is None else f"{request.prefix_group}#{copy}"
+            requests.append(replace(request, time=request.time + offset, prefix_group=group))
+    return replace(picture, requests=requests, window_seconds=seconds, fixed_outputs=tuple(fixed))
+
+
 def _sample_lengths(rng: np.random.Generator, bounds: Sequence[float], counts: Sequence[float], total: float,
                     n: int) -> np.ndarray:
     """n lengths drawn from a histogram's buckets (log-uniform inside a bucket), rescaled to the exact mean."""
@@ -768,12 +799,7 @@ class TrafficEstimator:
         if picture is None or len(picture.requests) <= self.settings.max_replay_requests:
             return picture
         # The most recent requests only, from the first of them (what ran before is not replayed).
-        dropped = len(picture.requests) - self.settings.max_replay_requests
-        kept = picture.requests[dropped:]
-        start = kept[0].time
-        shifted = [replace(r, time=r.time - start) for r in kept]
-        return replace(picture, requests=shifted, window_seconds=max(picture.window_seconds - start, 1.0), backlog=0,
-                       fixed_outputs=tuple(index - dropped for index in picture.fixed_outputs if index >= dropped))
+        return picture_since(picture, picture.requests[len(picture.requests) - self.settings.max_replay_requests].time)
 
     def _exact_picture(self) -> TrafficPicture | None:
         """The finished requests whose arrivals are known completely: from the first finish seen (an earlier

@@ -10,12 +10,15 @@ from advisor.estimate.traffic import (
     UNSET_MAX_NEW_TOKENS,
     ExactRequest,
     TrafficEstimator,
+    TrafficPicture,
     TrafficSettings,
     _split_batch,
     admitted_prompts,
     live_context,
     paired_to_live_context,
     pairing_axis,
+    picture_since,
+    tiled,
 )
 from advisor.scheduler.types import RequestSpec
 
@@ -629,3 +632,28 @@ def test_an_unobserved_stretch_longer_than_the_window_starts_a_new_baseline():
     assert not traffic.bins  # 37 more in flight since an hour ago says nothing of when they came
     _document_interval(traffic, 2015.0, 15.0, in_system=41, finished=2)
     assert [(b.start, b.arrivals) for b in traffic.bins] == [(2000.0, 3.0)]
+
+
+def _picture_with_a_conversation():
+    requests = [RequestSpec(0.0, 500, 50, 100), RequestSpec(100.0, 800, 60, 100, "s1", 500, True),
+                RequestSpec(250.0, 900, 70, 100, "s1", 800, True), RequestSpec(280.0, 300, 30, 100)]
+    return TrafficPicture(requests, 300.0, "request_log", backlog=2, live_context=1000.0, fixed_outputs=(1, 2))
+
+
+def test_the_picture_since_a_time_keeps_what_came_after_it_from_there():
+    since = picture_since(_picture_with_a_conversation(), 200.0)
+    assert [r.time for r in since.requests] == [50.0, 80.0]
+    assert since.window_seconds == 100.0 and since.backlog == 0
+    assert since.fixed_outputs == (0,)  # the third request's fixed output, renumbered
+    assert since.live_context == 1000.0  # the caller decides what the shown batch still says
+
+
+def test_a_tiled_picture_repeats_its_traffic_to_the_length_asked_with_conversations_of_its_own():
+    picture = _picture_with_a_conversation()
+    long = tiled(picture, 750.0)
+    assert long.window_seconds == 750.0
+    assert [r.time for r in long.requests] == [0.0, 100.0, 250.0, 280.0, 300.0, 400.0, 550.0, 580.0, 600.0, 700.0]
+    assert [r.prefix_group for r in long.requests[:8]] == [None, "s1", "s1", None, None, "s1#1", "s1#1", None]
+    assert long.requests[9].prefix_group == "s1#2"
+    assert long.fixed_outputs == (1, 2, 5, 6, 9)
+    assert tiled(picture, 200.0) is picture  # already that long
