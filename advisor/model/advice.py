@@ -95,18 +95,20 @@ def pin_choice(
     constants: ByteConstants,
     rest_bytes: float,
     pin_context_length: float,
+    ratio_threshold: float = PIN_RATIO_THRESHOLD,
 ) -> PinChoice | None:
     """The one pin rule (seed, "when to pin"): pin when r is below PIN_RATIO_THRESHOLD (a ratio that small is
     fragile: one slot more or less moves the clamp by a large share), under DCP (the balance point sits beyond
     realistic L), or when the ratio's state budget would hold fewer than two requests' worth of slots. The pin
-    admits the balanced concurrency at `pin_context_length` (the online recommender passes its biased L)."""
+    admits the balanced concurrency at `pin_context_length` (the online recommender passes its biased L, and
+    `ratio_threshold` moved off PIN_RATIO_THRESHOLD for its hysteresis)."""
     slots = slots_per_request(config)
     draft = effective_draft_tokens(config)
     state_budget = rest_bytes * ratio / (1 + ratio)
     why = None
     if config.dcp_size > 1:
         why = "dcp"
-    elif ratio < PIN_RATIO_THRESHOLD:
+    elif ratio < ratio_threshold:
         why = "fragile_ratio"
     elif state_budget < (slots + draft) * constants.state_bytes_per_slot * 2:
         why = "thin_state_budget"

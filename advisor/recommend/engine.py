@@ -34,6 +34,7 @@ from advisor.recommend.policy import (
     PoolOutcomes,
     closed_loop_nudge,
     decide,
+    pin_ratio_threshold,
     pool_outcome,
     pool_outcomes,
 )
@@ -343,6 +344,8 @@ def _recommend(
         outcomes = pool_outcomes(
             model.rest_bytes, serving, constants, live=live, context_length=context, target_ratio=target,
             balanced_ratio=r_center, bias_factor=factor, model_context_len=model.model_context_len,
+            pin_ratio_threshold=pin_ratio_threshold(previous.decision if previous else None,
+                                                    previous.reason_code if previous else None),
         )
         if replay is not None and outcomes.pin is not None:
             # The pin holds the replay's chosen clamp: the state pool the chosen ratio would have sized.

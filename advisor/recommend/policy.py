@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from advisor.estimate.summary import WorkloadSummary
 from advisor.model.advice import PinChoice, pin_choice, state_for_split
-from advisor.model.pools import ByteConstants, PoolSplit, split_pools
+from advisor.model.pools import PIN_RATIO_THRESHOLD, ByteConstants, PoolSplit, split_pools
 from advisor.model.serving import ServingConfig
 
 # Why a decision was taken; `Recommendation.reason_code` carries one of these (tests and alerts read the code,
@@ -113,11 +113,12 @@ def pool_outcomes(
     balanced_ratio: float,
     bias_factor: float,
     model_context_len: int,
+    pin_ratio_threshold: float = PIN_RATIO_THRESHOLD,
 ) -> PoolOutcomes:
     """With the live split (`pool_outcome` at the live config, computed once by the caller): the recommended
-    split (the target ratio, or the pin when the pin rule says so) and the balanced one. The pin admits the
-    balanced concurrency at the biased L (context / bias_factor)."""
-    pin = pin_choice(target_ratio, serving, constants, rest_bytes, context_length / bias_factor)
+    split (the target ratio, or the pin when the pin rule says so, at `pin_ratio_threshold`) and the balanced one.
+    The pin admits the balanced concurrency at the biased L (context / bias_factor)."""
+    pin = pin_choice(target_ratio, serving, constants, rest_bytes, context_length / bias_factor, pin_ratio_threshold)
     if pin is not None:
         recommended_config = ServingConfig(**{**serving.to_dict(), "max_mamba_cache_size": pin.max_mamba_cache_size})
     else:
@@ -125,6 +126,23 @@ def pool_outcomes(
     recommended = pool_outcome(rest_bytes, recommended_config, constants, context_length, model_context_len)
     balanced = pool_outcome(rest_bytes, serving.with_ratio(balanced_ratio), constants, context_length, model_context_len)
     return PoolOutcomes(live, recommended, balanced, pin)
+
+
+# The fragile-ratio pin's hysteresis: a pin advised before stands while the target stays under the threshold times
+# this factor, and a move of the ratio advised before while it stays above the threshold over it. Between replays
+# of the same traffic the chosen ratio wanders by about this much (0.12-0.16 on one regime of the quality bench),
+# and each crossing of 0.15 would otherwise turn a pin into a lower and back.
+PIN_KEEP_FACTOR = 1.25
+
+
+def pin_ratio_threshold(previous_decision: str | None, previous_reason_code: str | None) -> float:
+    """PIN_RATIO_THRESHOLD moved by the last decision: up after a fragile-ratio pin, down after a move of the
+    ratio."""
+    if previous_decision == "pin_state_pool" and previous_reason_code == "pin_fragile_ratio":
+        return PIN_RATIO_THRESHOLD * PIN_KEEP_FACTOR
+    if previous_decision in ("raise_ratio", "lower_ratio"):
+        return PIN_RATIO_THRESHOLD / PIN_KEEP_FACTOR
+    return PIN_RATIO_THRESHOLD
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,15 @@ from advisor.estimate.summary import WorkloadSummary
 from advisor.model.advice import PinChoice, pin_choice
 from advisor.model.pools import GIB, PIN_RATIO_THRESHOLD, ByteConstants, optimal_ratio_for
 from advisor.model.serving import ServingConfig
-from advisor.recommend.policy import REASON_CODES, closed_loop_nudge, decide, pool_outcome, pool_outcomes
+from advisor.recommend.policy import (
+    PIN_KEEP_FACTOR,
+    REASON_CODES,
+    closed_loop_nudge,
+    decide,
+    pin_ratio_threshold,
+    pool_outcome,
+    pool_outcomes,
+)
 
 CONSTANTS = ByteConstants(13.50 * GIB / 258, 15.03 * GIB / 1167553)
 REST = 28.53 * GIB
@@ -87,6 +95,25 @@ def test_pool_outcomes_pin_for_long_context_admits_the_biased_balance():
 )
 def test_one_pin_rule(ratio, config, why):
     choice = pin_choice(ratio, config, CONSTANTS, REST, 9216)
+    assert (choice.why if choice else None) == why
+
+
+@pytest.mark.parametrize(
+    ("previous", "ratio", "why"),
+    [
+        ((None, None), 0.16, None),
+        ((None, None), 0.14, "fragile_ratio"),
+        (("pin_state_pool", "pin_fragile_ratio"), 0.16, "fragile_ratio"),  # a pin stands just above 0.15 ...
+        (("pin_state_pool", "pin_fragile_ratio"), 0.19, None),  # ... until past the keep factor
+        (("lower_ratio", "kv_pool_short"), 0.13, None),  # a lowered ratio stands just under 0.15 ...
+        (("lower_ratio", "kv_pool_short"), 0.11, "fragile_ratio"),  # ... until past it
+        (("hold", "inside_bounds"), 0.14, "fragile_ratio"),
+    ],
+)
+def test_the_fragile_ratio_pin_keeps_what_was_advised_while_the_ratio_wanders_near_its_threshold(previous, ratio, why):
+    threshold = pin_ratio_threshold(*previous)
+    assert threshold in (PIN_RATIO_THRESHOLD, PIN_RATIO_THRESHOLD * PIN_KEEP_FACTOR, PIN_RATIO_THRESHOLD / PIN_KEEP_FACTOR)
+    choice = pin_choice(ratio, ServingConfig(), CONSTANTS, REST, 9216, threshold)
     assert (choice.why if choice else None) == why
 
 
