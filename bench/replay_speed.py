@@ -7,6 +7,9 @@ and re-paired (one more run at the live ratio a round) while they differ: the `c
 in the daemon's process with the shown length `--shown-gap` above the replay's own (0 to skip), and count the
 extra runs.
 
+A last row times the daemon's 30-minute window 15 minutes after a regime shift, where the new regime is replayed
+on its own too (`--no-shift-row` skips it).
+
     python3 bench/replay_speed.py [--window 3600] [--workloads steady-chat,doc-bursts] [--workers 1,2]
 """
 
@@ -22,6 +25,8 @@ from advisor.daemon import replay_pool
 from advisor.estimate.traffic import ExactRequest, TrafficEstimator, TrafficSettings
 from advisor.model.pools import optimal_ratio_for
 from advisor.recommend.replay import ReplaySettings, replay_curve, run_ratios
+from advisor.scheduler.server import SchedulerServerConfig
+from advisor.scheduler.types import RequestSpec
 from advisor.sim.config import load_server_config
 from advisor.sim.workload import load_workload
 
@@ -36,6 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", default="1,2", help="comma-separated replay_workers to time side by side")
     parser.add_argument("--shown-gap", type=float, default=0.15,
                         help="the shown batch length over the replay's own for the calibrated timing (0: skip)")
+    parser.add_argument("--no-shift-row", dest="shift_row", action="store_false",
+                        help="skip the row of a 30-minute window 15 minutes after a regime shift")
     args = parser.parse_args(argv)
     workers = [int(w) for w in args.workers.split(",")]
     server = load_server_config(args.server)
@@ -45,43 +52,56 @@ def main(argv: list[str] | None = None) -> int:
     if args.shown_gap > 0:
         timing += f" {'calib s':>7s} {'+runs':>5s}"
     print(f"{'workload':22s} {'observed':>8s} {'replayed':>8s} {'runs':>4s}{timing}  chosen r (prior)")
-    for name in args.workloads.split(","):
-        requests = load_workload(name).requests(1, args.window)
-        # through the daemon's traffic picture, so its cap on replayed requests applies
-        traffic = TrafficEstimator(TrafficSettings(window_seconds=args.window))
-        traffic.observe_requests([ExactRequest(r.time, r.input_tokens, r.output_tokens, r.max_new_tokens)
-                                  for r in requests])
-        picture = traffic.picture()
-        if picture is None:
-            continue
-        mean_context = float(np.mean([r.input_tokens + r.output_tokens for r in requests]))
-        prior = optimal_ratio_for(server.serving, server.constants, mean_context)
-        cells, curve = "", None
-        for count in workers:
-            if count > 1:  # the worker processes start once, before the timing (the daemon keeps them)
-                replay_curve(server, picture, prior_ratio=prior, live_ratio=0.9, run_many=replay_pool.runner(count))
-            started, cpu_started = time.perf_counter(), time.process_time()
-            curve = replay_curve(server, picture, prior_ratio=prior, live_ratio=0.9,
-                                 run_many=replay_pool.runner(count))
-            elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu_started
-            if curve is None:
-                break
-            cells += f" {elapsed:8.2f} {elapsed / curve.runs:6.3f}" + (f" {cpu:6.2f}" if count == 1 else "")
-        if curve is None:
-            print(f"{name:22s} {len(requests):8d}  (too few requests to replay)")
-            continue
-        if args.shown_gap > 0:
-            own = run_ratios(server, picture, [0.9], ReplaySettings())[0]
-            shown = replace(picture, live_context=own.mean_live_context * (1 + args.shown_gap),
-                            live_running=own.mean_busy_running_requests)
-            started = time.perf_counter()
-            calibrated = replay_curve(server, shown, prior_ratio=prior, live_ratio=0.9)
-            rounds = calibrated.calibration_rounds if calibrated else 0
-            cells += f" {time.perf_counter() - started:7.2f} {rounds:5d}"
-        print(f"{name:22s} {len(requests):8d} {len(picture.requests):8d} {curve.runs:4d}{cells}  "
-              f"{curve.chosen_ratio:.3g} ({prior:.3g})", flush=True)
+    rows = [(name, load_workload(name).requests(1, args.window), args.window) for name in args.workloads.split(",")]
+    if args.shift_row:
+        # The daemon's 30-minute window 15 minutes after a regime shift: the new regime is replayed as well, on its
+        # own, as if it had filled the window (`regime_curve`), so a cycle after a shift costs two replays.
+        shifted = [replace(r, time=r.time - 300.0) for r in load_workload("regime-shift").requests(1, 2100.0)
+                   if r.time >= 300.0]
+        rows.append(("regime-shift (15 min in)", shifted, 1800.0))
+    for name, requests, window in rows:
+        _time_row(name, requests, window, server, workers, args.shown_gap)
     replay_pool.shutdown()
     return 0
+
+
+def _time_row(name: str, requests: list[RequestSpec], window: float, server: SchedulerServerConfig, workers: list[int],
+              shown_gap: float) -> None:
+    """One line: the replay of `window` seconds of `requests` timed at each worker count (and calibrated)."""
+    # through the daemon's traffic picture, so its cap on replayed requests applies
+    traffic = TrafficEstimator(TrafficSettings(window_seconds=window))
+    traffic.observe_requests([ExactRequest(r.time, r.input_tokens, r.output_tokens, r.max_new_tokens)
+                              for r in requests])
+    picture = traffic.picture()
+    if picture is None:
+        return
+    mean_context = float(np.mean([r.input_tokens + r.output_tokens for r in requests]))
+    prior = optimal_ratio_for(server.serving, server.constants, mean_context)
+    cells, curve = "", None
+    for count in workers:
+        if count > 1:  # the worker processes start once, before the timing (the daemon keeps them)
+            replay_curve(server, picture, prior_ratio=prior, live_ratio=0.9, run_many=replay_pool.runner(count))
+        started, cpu_started = time.perf_counter(), time.process_time()
+        curve = replay_curve(server, picture, prior_ratio=prior, live_ratio=0.9,
+                             run_many=replay_pool.runner(count))
+        elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu_started
+        if curve is None:
+            break
+        cells += f" {elapsed:8.2f} {elapsed / curve.runs:6.3f}" + (f" {cpu:6.2f}" if count == 1 else "")
+    if curve is None:
+        print(f"{name:22s} {len(requests):8d}  (too few requests to replay)")
+        return
+    if shown_gap > 0:
+        own = run_ratios(server, picture, [0.9], ReplaySettings())[0]
+        shown = replace(picture, live_context=own.mean_live_context * (1 + shown_gap),
+                        live_running=own.mean_busy_running_requests)
+        started = time.perf_counter()
+        calibrated = replay_curve(server, shown, prior_ratio=prior, live_ratio=0.9)
+        rounds = calibrated.calibration_rounds if calibrated else 0
+        cells += f" {time.perf_counter() - started:7.2f} {rounds:5d}"
+    regime = f", regime {curve.regime_seconds:.0f} s" if curve.regime_seconds is not None else ""
+    print(f"{name:22s} {len(requests):8d} {len(picture.requests):8d} {curve.runs:4d}{cells}  "
+          f"{curve.chosen_ratio:.3g} ({prior:.3g}){regime}", flush=True)
 
 
 if __name__ == "__main__":

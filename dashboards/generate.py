@@ -250,7 +250,16 @@ def what_if_panels() -> list[Any]:
         "sglang_advisor_goodput_curve_width_ratio.",
         "none", [query(advisor("sglang_advisor_goodput_curve_width_ratio"), "A", "{{server}}")], 12, 8)
         .decimals(2).min(1))
-    return [gain, width]
+    regime = (series_panel(
+        26, "Traffic regime age",
+        "Where the server's traffic changed character inside the what-if replay's window (a chat server turned "
+        "document server, not a burst it has seen before): how long the new regime has lasted. While it shows, the "
+        "new regime is replayed on its own as if it had filled the window, and the recommendation is read where "
+        "both it and the whole window are on their plateaus. Empty with one regime. Metric: "
+        "sglang_advisor_traffic_regime_age_seconds.",
+        "s", [query(advisor("sglang_advisor_traffic_regime_age_seconds"), "A", "{{server}}")], 24, 6)
+        .min(0))
+    return [gain, width, regime]
 
 
 def pool_panels() -> list[Any]:

@@ -113,6 +113,12 @@ _GAUGES: tuple[tuple[str, str, StatusField], ...] = (
         _from_recommendation(lambda r: r.goodput_curve_width_ratio),
     ),
     (
+        "traffic_regime_age_seconds",
+        "Seconds the traffic had been in its current regime at the what-if replay's end, where it changed character "
+        "inside the replay's window (absent: one regime); the new regime's replay then decides with the window's.",
+        _from_recommendation(lambda r: r.replay_regime_seconds),
+    ),
+    (
         "observed_max_running_requests",
         "max_running_requests the server reports per DP worker (its effective concurrency clamp).",
         _from_recommendation(lambda r: r.observed_max_running_requests),

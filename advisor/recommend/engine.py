@@ -266,6 +266,7 @@ def _recommend(
         rec.replay_metric = replay.metric
         rec.replay_requests, rec.replay_window_seconds = replay.requests, replay.window_seconds
         rec.replay_source = replay.source
+        rec.replay_regime_seconds = replay.regime_seconds
         rec.step_time_coefficients = dict(replay.step_time)
         rec.replay_live_context_shown = replay.live_context_shown
         rec.replay_live_context_replayed = replay.live_context_replayed
@@ -284,6 +285,15 @@ def _recommend(
                 f"the replay's running batch at the live r held {replay.live_context_replayed_before:,.0f} tokens a "
                 f"request where the server showed {replay.live_context_shown:,.0f}: outputs paired again to the "
                 f"prompts ({replay.live_context_replayed:,.0f})"
+            )
+        if replay.regime_seconds is not None and replay.window_plateau and replay.regime_plateau:
+            (window_low, window_high), (regime_low, regime_high) = replay.window_plateau, replay.regime_plateau
+            both = max(window_low, regime_low) <= min(window_high, regime_high)
+            notes.append(
+                f"the traffic changed character {replay.regime_seconds / 60:.0f} min before the replay's end: the new "
+                f"regime, replayed as if it had filled the window, is on its plateau over r {regime_low:.3g}-"
+                f"{regime_high:.3g}, the whole window over r {window_low:.3g}-{window_high:.3g}; "
+                + ("the advice is read where both hold" if both else "no ratio holds both, and the new regime decides")
             )
         if replay.flat:
             notes.append(

@@ -31,7 +31,14 @@ from typing import Any
 
 import numpy as np
 
-from advisor.estimate.traffic import TrafficPicture, live_context, paired_to_live_context
+from advisor.estimate.regime import RegimeSettings, regime_start
+from advisor.estimate.traffic import (
+    TrafficPicture,
+    live_context,
+    paired_to_live_context,
+    picture_since,
+    tiled,
+)
 from advisor.scheduler.engine import DEFAULT_QUEUE_TIME_BOUND, SimResult, simulate
 from advisor.scheduler.server import SchedulerServerConfig
 from advisor.scheduler.types import RequestSpec
@@ -80,6 +87,9 @@ class ReplaySettings:
     # spares can fail it. A window under three times `trend_seconds` shows no trend.
     trend_seconds: float = 300.0
     headroom_max: float = 1.5
+    # Where the traffic changed character inside the window (a regime shift), its new regime is replayed on its own
+    # too and decides with the window (`replay_curve`); None replays the window alone.
+    regime: RegimeSettings | None = RegimeSettings()
 
     def __post_init__(self) -> None:
         if (not self.span > 1 or self.points < 3 or not 0 <= self.warmup_fraction < 1 or self.edge_margin < 1
@@ -153,6 +163,12 @@ class ReplayCurve:
     # live ratio, one within min_move of the chosen, or a gain on the observed traffic already worth a restart).
     headroom_gain: float | None = None
     headroom: float = 1.0
+    # After a regime shift inside the window: how long ago (seconds before the window's end) the new regime began,
+    # the whole window's own plateau, and the runs its replay took (the curve's points are the new regime's).
+    regime_seconds: float | None = None
+    window_plateau: tuple[float, float] | None = None
+    regime_plateau: tuple[float, float] | None = None  # the new regime's own (the curve's is where both hold)
+    window_runs: int = 0
 
     def goodput_at(self, ratio: float) -> float:
         """The replayed score at `ratio`, linear in log r between the ratios run (the nearest end's beyond them)."""
@@ -164,8 +180,10 @@ class ReplayCurve:
 
     @property
     def runs(self) -> int:
-        """Runs of the scheduler model the replay took: its curve, the re-pairings, the heavier traffic's two."""
-        return len(self.points) + self.calibration_rounds + (2 if self.headroom_gain is not None else 0)
+        """Runs of the scheduler model the replay took: its curve, the re-pairings, the heavier traffic's two, and
+        after a regime shift the whole window's."""
+        return (len(self.points) + self.calibration_rounds + (2 if self.headroom_gain is not None else 0)
+                + self.window_runs)
 
     @property
     def gain(self) -> float | None:
@@ -197,6 +215,10 @@ class ReplayCurve:
         known = {f.name for f in fields(cls)}
         values = {name: value for name, value in saved.items() if name in known}
         points = [CurvePoint(**point) for point in values.pop("points")]
+        for name in ("window_plateau", "regime_plateau"):
+            if values.get(name) is not None:
+                low, high = values[name]
+                values[name] = (float(low), float(high))
         curve = cls(points=points, **values)
         ratios = [curve.chosen_ratio, *(p.ratio for p in points)]
         if not points or not all(_finite_at_least(r, 0.0, above=True) for r in ratios) or not all(
@@ -381,6 +403,33 @@ def _open_ends(tried: list[float], plateau: list[float], half_step: float) -> li
     return probes
 
 
+def _plateau(scores: dict[float, float], tolerance_of: Callable[[float], float]) -> tuple[float, list[float]]:
+    """(the best ratio, the contiguous run of ratios around it scoring within `tolerance_of(best)` of it)."""
+    candidates = sorted(scores)
+    best = max(candidates, key=lambda r: scores[r])
+    floor = scores[best] * (1.0 - tolerance_of(best))
+    low = high = candidates.index(best)
+    while low > 0 and scores[candidates[low - 1]] >= floor:
+        low -= 1
+    while high < len(candidates) - 1 and scores[candidates[high + 1]] >= floor:
+        high += 1
+    return best, candidates[low:high + 1]
+
+
+def _reading(plateau: Sequence[float], settings: ReplaySettings) -> tuple[float, float, float]:
+    """(the chosen ratio, the hold band's ends) read off a plateau: its geometric middle, and the plateau less the
+    edge margin at each end, at least min_move either side of the middle."""
+    chosen = math.sqrt(plateau[0] * plateau[-1])
+    return (chosen, min(plateau[0] * settings.edge_margin, chosen / settings.min_move),
+            max(plateau[-1] / settings.edge_margin, chosen * settings.min_move))
+
+
+def _robust(scores: dict[float, float], ratio: float, margin: float) -> float:
+    """The worst score within `margin` of `ratio` (interpolated between the ratios run)."""
+    return min(_interpolated(scores, ratio / margin), _interpolated(scores, ratio),
+               _interpolated(scores, ratio * margin))
+
+
 def replay_curve(
     server: SchedulerServerConfig,
     picture: TrafficPicture,
@@ -392,13 +441,104 @@ def replay_curve(
 ) -> ReplayCurve | None:
     """The goodput curve of the observed traffic over candidate ratios and the ratio it picks; None when the
     picture is too thin to replay. `run_many` runs a batch of candidates (the grid and the live ratio, then the
-    refinement), in this process by default."""
+    refinement), in this process by default.
+
+    Where the traffic changed character inside the window (`regime_start`), the new regime is replayed on its own
+    too, and decides: the ratio is read where both curves are on their plateaus (each score as a share of its
+    curve's best, the smaller of the two), so the advice follows the new traffic at once without giving up what
+    the window still remembers; where no ratio is on both plateaus, the new regime's curve alone."""
     settings = settings or ReplaySettings()
+    whole, calibrated = _window_curve(server, picture, prior_ratio=prior_ratio, live_ratio=live_ratio,
+                                      settings=settings, run_many=run_many)
+    if whole is None or settings.regime is None:
+        return whole
+    start = regime_start(calibrated.requests, calibrated.window_seconds, settings.regime)
+    if start is None:
+        return whole
+    # The new regime's picture, repeated to the window's length: what the window would have been had the new traffic
+    # filled it (a queue or a KV pool that fills over many minutes shows in a replay that long, not in one of the
+    # regime's first minutes from empty). The server's running batch over the window says nothing of its part, so
+    # it is not paired again (the window's pairing stands).
+    recent = replace(tiled(picture_since(calibrated, start), calibrated.window_seconds),
+                     live_context=None, live_running=None)
+    scale = _mean_size(calibrated.requests) / _mean_size(recent.requests)  # r* goes as 1 / L
+    own, _ = _window_curve(server, recent, prior_ratio=prior_ratio * scale, live_ratio=live_ratio,
+                           settings=settings, run_many=run_many,
+                           also=(whole.width_lower, whole.chosen_ratio, whole.width_upper))
+    if own is None:
+        return whole
+    return regime_curve(whole, own, regime_seconds=calibrated.window_seconds - start, live_ratio=live_ratio,
+                        settings=settings)
+
+
+def _mean_size(requests: Sequence[RequestSpec]) -> float:
+    return sum(r.input_tokens + r.output_tokens for r in requests) / max(1, len(requests))
+
+
+def regime_curve(whole: ReplayCurve, recent: ReplayCurve, *, regime_seconds: float, live_ratio: float | None,
+                 settings: ReplaySettings) -> ReplayCurve:
+    """The curve the advice is read from after a regime shift: on the new regime's ratios, each one's score the
+    smaller of its share of the new regime's best and of the whole window's, in the new regime's tokens/s; where
+    the two plateaus do not overlap, the new regime's curve itself. The window's check against the server (the
+    running batch at the live ratio) is the window's."""
+    own = _with_window(recent, whole, regime_seconds, (recent.width_lower, recent.width_upper))
+    if max(whole.width_lower, recent.width_lower) > min(whole.width_upper, recent.width_upper):
+        return own
+    recent_best = max(p.goodput for p in recent.points)
+    whole_best = max(p.goodput for p in whole.points)
+    if not recent_best > 0 or not whole_best > 0:
+        return own
+    scores = {p.ratio: recent_best * min(p.goodput / recent_best, whole.goodput_at(p.ratio) / whole_best)
+              for p in recent.points}
+    tolerance = max(recent.plateau_tolerance, whole.plateau_tolerance)
+    best, plateau = _plateau(scores, lambda _: tolerance)
+    chosen, hold_lower, hold_upper = _reading(plateau, settings)
+    live = live_ratio if live_ratio is not None and live_ratio > 0 else None
+    return replace(
+        own,
+        points=[replace(p, goodput=scores[p.ratio]) for p in recent.points],
+        chosen_ratio=chosen, best_ratio=best, width_lower=plateau[0], width_upper=plateau[-1], flat=len(plateau) > 1,
+        live_goodput=_interpolated(scores, live) if live is not None else None,
+        chosen_goodput=_interpolated(scores, chosen), hold_lower=hold_lower, hold_upper=hold_upper,
+        live_robust_goodput=_robust(scores, live, settings.cliff_margin) if live is not None else None,
+        chosen_robust_goodput=_robust(scores, chosen, settings.cliff_margin),
+        live_keep_robust_goodput=_robust(scores, live, settings.cliff_keep_margin) if live is not None else None,
+        chosen_keep_robust_goodput=_robust(scores, chosen, settings.cliff_keep_margin),
+        headroom_gain=None, headroom=1.0, plateau_tolerance=tolerance,
+    )
+
+
+def _with_window(recent: ReplayCurve, whole: ReplayCurve, regime_seconds: float,
+                 regime_plateau: tuple[float, float]) -> ReplayCurve:
+    """The new regime's curve with what the window's replay says: its check against the server, its plateau."""
+    return replace(
+        recent, live_context_shown=whole.live_context_shown,
+        live_context_replayed_before=whole.live_context_replayed_before,
+        live_context_replayed=whole.live_context_replayed, live_running_shown=whole.live_running_shown,
+        live_running_replayed=whole.live_running_replayed, live_running_matches=whole.live_running_matches,
+        calibration_rounds=whole.calibration_rounds, regime_seconds=regime_seconds,
+        window_plateau=(whole.width_lower, whole.width_upper), regime_plateau=regime_plateau, window_runs=whole.runs,
+    )
+
+
+def _window_curve(
+    server: SchedulerServerConfig,
+    picture: TrafficPicture,
+    *,
+    prior_ratio: float,
+    live_ratio: float | None,
+    settings: ReplaySettings,
+    run_many: RunMany,
+    also: Sequence[float] = (),
+) -> tuple[ReplayCurve | None, TrafficPicture]:
+    """`replay_curve` of one picture, with the picture it replayed (its outputs paired again where the replay at
+    the live ratio asked for it). The ratios `also` join the first candidates (a new regime is run where the
+    window's plateau is, so that whether the two overlap is measured, not extrapolated)."""
     if len(picture.requests) < settings.min_requests or not prior_ratio > 0:
-        return None
+        return None, picture
     step = settings.span ** (2.0 / (settings.points - 1))
     half = (settings.points - 1) // 2
-    ratios = [prior_ratio * step ** k for k in range(-half, half + 1)]
+    ratios = sorted({*(prior_ratio * step ** k for k in range(-half, half + 1)), *(r for r in also if r > 0)})
     first = list(ratios)
     results: dict[float, SimResult] = {}
     calibration = None
@@ -419,15 +559,7 @@ def replay_curve(
         return max(settings.flat_tolerance, 0.25 / math.sqrt(max(1, results[best].completed_requests)))
 
     def plateau_of(candidates: list[float]) -> tuple[float, list[float]]:
-        """(the best candidate, the contiguous run of candidates around it within the replay's noise of it)."""
-        best = max(candidates, key=score)
-        floor = score(best) * (1.0 - tolerance_of(best))
-        low = high = candidates.index(best)
-        while low > 0 and score(candidates[low - 1]) >= floor:
-            low -= 1
-        while high < len(candidates) - 1 and score(candidates[high + 1]) >= floor:
-            high += 1
-        return best, candidates[low:high + 1]
+        return _plateau({r: score(r) for r in candidates}, tolerance_of)
 
     _, plateau = plateau_of(sorted(results))
     # Refine just outside the plateau's ends, where the curve leaves it.
@@ -461,15 +593,13 @@ def replay_curve(
     results.update(zip(probes, run_many(server, picture, probes, settings), strict=True))
     candidates = sorted(results)  # the live ratio too: where it is as good as the best, the operator holds
     best, plateau = plateau_of(candidates)
-    chosen = math.sqrt(plateau[0] * plateau[-1])
+    chosen, hold_lower, hold_upper = _reading(plateau, settings)
     metric = "raw_goodput" if overloaded else "goodput_score"
     scores = {r: score(r) for r in results}
     chosen_goodput = _interpolated(scores, chosen)
-    hold_lower = min(plateau[0] * settings.edge_margin, chosen / settings.min_move)
-    hold_upper = max(plateau[-1] / settings.edge_margin, chosen * settings.min_move)
 
     def robust(r: float, margin: float = settings.cliff_margin) -> float:
-        return min(_interpolated(scores, r / margin), _interpolated(scores, r), _interpolated(scores, r * margin))
+        return _robust(scores, r, margin)
 
     headroom_gain = None
     headroom = min(settings.headroom_max, max(settings.headroom, recent_load(picture, settings.trend_seconds)))
@@ -517,7 +647,7 @@ def replay_curve(
         calibration_rounds=calibration.rounds if calibration else 0,
         headroom_gain=headroom_gain, headroom=headroom if headroom_gain is not None else 1.0,
         plateau_tolerance=tolerance_of(best),
-    )
+    ), picture
 
 
 def recent_load(picture: TrafficPicture, seconds: float) -> float:

@@ -58,6 +58,9 @@ class Recommendation:
     replay_requests: int | None = None  # requests replayed, over replay_window_seconds, from replay_source
     replay_window_seconds: float | None = None
     replay_source: str | None = None  # "request_log" (exact) | "metrics" (per-interval arrivals and histograms)
+    # Seconds the traffic had been in its current regime at the replay's end, where it changed character inside the
+    # replay's window (None: one regime); the new regime's replay then decides with the window's.
+    replay_regime_seconds: float | None = None
     step_time_coefficients: dict[str, float] = field(default_factory=dict)  # the cost model fitted to this server
     # The running batch's mean sequence length the server showed and the replay's at the live ratio (metrics-only
     # pictures, whose outputs are paired to it): how faithfully the replay reproduces the server.

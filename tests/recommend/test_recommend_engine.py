@@ -1,6 +1,7 @@
 """The online recommender's required properties."""
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -421,3 +422,17 @@ def test_a_move_the_operator_applied_as_the_flag_line_rounds_it_is_not_kept_as_a
                              ratio_lower=0.45, ratio_upper=0.55)
     assert kept_move(lowered, 0.52) is None
     assert kept_move(lowered, 0.9) is not None
+
+
+def test_after_a_regime_shift_the_recommendation_says_which_plateaus_it_read():
+    est, now = run([[(8192, 1024)] * 600])
+    points = [(0.3, 1300.0), (0.5, 1400.0), (0.9, 1200.0), (1.5, 1000.0), (3.0, 800.0)]
+    both = replace(_curve(points, 0.5, live=0.9, lower=0.45, upper=0.55, prior=1.7), regime_seconds=420.0,
+                   window_plateau=(0.4, 2.0), regime_plateau=(0.2, 0.6))
+    rec = _recommend_on(both, est, now)
+    assert (rec.decision, rec.reason_code) == ("lower_ratio", "kv_pool_short")
+    assert any("changed character 7 min" in note and "read where both hold" in note for note in rec.notes)
+    apart = replace(both, window_plateau=(0.8, 2.0))
+    assert any("the new regime decides" in note for note in _recommend_on(apart, est, now).notes)
+    assert not any("changed character" in note for note in _recommend_on(replace(both, regime_seconds=None), est,
+                                                                          now).notes)

@@ -389,3 +389,61 @@ def test_a_curve_survives_the_checkpoint_and_a_broken_one_is_refused():
                    {"points": []}, {"chosen_ratio": 0.0}):
         with pytest.raises(ValueError):
             ReplayCurve.from_dict({**saved, **broken})
+
+
+def _chat_then_documents():
+    """20 minutes of chat at 3/s, then 5 of documents at 1/s: the window's last regime began 300 s before its end."""
+    chat = [RequestSpec(t / 3.0, 1400 + 200 * (t % 2), 300, 4096) for t in range(3600)]
+    docs = [RequestSpec(1200.0 + t, 28000 + 4000 * (t % 2), 700, 8192) for t in range(300)]
+    return TrafficPicture(chat + docs, 1500.0, "request_log")
+
+
+def _plateau_by_traffic(window: tuple[float, float], regime: tuple[float, float]):
+    """A stand-in whose plateau is `regime` on a picture of documents alone and `window` on the mixed window."""
+    from dataclasses import replace as dc_replace
+
+    template = _template()
+
+    def run_many(_server, picture, ratios, _settings):
+        mean = sum(r.input_tokens for r in picture.requests) / len(picture.requests)
+        lower, upper = regime if mean > 10000 else window
+        return [dc_replace(template, ratio=r, completed_requests=5000, goodput_tokens_per_second=1000.0,
+                           slo_goodput_tokens_per_second=1000.0 * (1.0 if lower <= r <= upper else 0.5))
+                for r in ratios]
+    return run_many
+
+
+def test_after_a_regime_shift_the_advice_is_read_where_the_new_regime_and_the_window_are_both_on_their_plateaus():
+    server = load_server_config("default")
+    curve = replay_curve(server, _chat_then_documents(), prior_ratio=1.0, live_ratio=0.9,
+                         run_many=_plateau_by_traffic(window=(0.3, 3.0), regime=(0.1, 0.5)))
+    assert curve is not None
+    assert curve.regime_seconds == pytest.approx(300.0)
+    assert curve.window_plateau is not None and curve.regime_plateau is not None
+    assert 0.3 <= curve.window_plateau[0] < 0.5 < 2.0 < curve.window_plateau[1] <= 3.0  # tried ratios on each
+    assert 0.1 <= curve.regime_plateau[0] < 0.3 < curve.regime_plateau[1] <= 0.5
+    assert 0.3 <= curve.width_lower < curve.chosen_ratio < curve.width_upper <= 0.5
+    # the live 0.9 serves the window but not the new regime: moving gains, and 0.9 is outside the hold band
+    assert curve.gain == pytest.approx(2.0 / 1.25, rel=0.01)  # 3/4 SLO (half) + 1/4 raw (whole) at 0.9
+    assert not curve.hold_lower <= 0.9 <= curve.hold_upper
+    assert curve.runs > len(curve.points)  # the window's own replay counts too
+    # the checkpoint keeps what the curve says of the regime
+    restored = ReplayCurve.from_dict(curve.to_dict())
+    assert restored.window_plateau == curve.window_plateau and restored.regime_seconds == curve.regime_seconds
+
+
+def test_where_no_ratio_holds_both_the_new_regime_decides():
+    server = load_server_config("default")
+    curve = replay_curve(server, _chat_then_documents(), prior_ratio=1.0, live_ratio=0.9,
+                         run_many=_plateau_by_traffic(window=(0.3, 3.0), regime=(0.05, 0.15)))
+    assert curve is not None and curve.regime_seconds == pytest.approx(300.0)
+    assert 0.05 <= curve.width_lower < curve.chosen_ratio < curve.width_upper <= 0.15
+
+
+def test_without_regime_settings_the_window_alone_is_replayed():
+    server = load_server_config("default")
+    curve = replay_curve(server, _chat_then_documents(), prior_ratio=1.0, live_ratio=0.9,
+                         settings=ReplaySettings(regime=None),
+                         run_many=_plateau_by_traffic(window=(0.3, 3.0), regime=(0.1, 0.5)))
+    assert curve is not None and curve.regime_seconds is None
+    assert 0.3 <= curve.width_lower < 0.5 and 2.0 < curve.width_upper <= 3.0
