@@ -411,8 +411,11 @@ def _gain_bar(replay: ReplayCurve | None, outcomes: PoolOutcomes | None, setting
     """(the gain of moving, the balanced split's gain, the bar it must pass) for `decide`."""
     if replay is not None and replay.gain is not None:
         # The plain gain on the observed traffic, the margin-robust one for a live ratio next to a cliff, or the one
-        # on heavier traffic for a live ratio that only just serves the observed draw.
-        gain = max(g for g in (replay.gain, replay.robust_gain, replay.headroom_gain) if g is not None)
+        # on heavier traffic for a live ratio that only just serves the observed draw. That last is two runs on
+        # traffic nobody observed, with no curve around them: it counts beyond the replay's noise only.
+        heavier = (replay.headroom_gain / (1.0 + replay.plateau_tolerance)
+                   if replay.headroom_gain is not None else None)
+        gain = max(g for g in (replay.gain, replay.robust_gain, heavier) if g is not None)
         # Hysteresis: a move already advised in this direction stands until its gain falls below a third of the
         # bar, so a gain hovering at the threshold does not flip the decision every replay; and a move advised
         # for a cliff stands while the cliff stays within the replay's wider keep margin.

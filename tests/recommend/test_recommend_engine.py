@@ -298,6 +298,11 @@ def test_a_live_ratio_that_loses_on_heavier_traffic_moves_though_the_observed_dr
     assert moved.predicted_goodput_gain_ratio == pytest.approx(1.0)  # on the observed traffic, as replayed
     small = decide(1.02)
     assert (small.decision, small.reason_code) == ("hold", "gain_below_threshold")
+    # just past the 3% bar, but not by the replay's noise (its plateau tolerance, 0.75% here): two runs on traffic
+    # nobody observed are no evidence of that
+    edge = decide(1.035)
+    assert (edge.decision, edge.reason_code) == ("hold", "gain_below_threshold")
+    assert decide(1.04).decision == "raise_ratio"
     assert decide(None).decision == "hold"
 
 
