@@ -180,3 +180,40 @@ def test_a_slow_servers_first_replay_waits_for_as_many_requests_as_a_recommendat
     assert rec.replay_source == "request_log" and rec.decision != "insufficient_data", rec.reason
     # the window held its hundred requests some cycles after the history did (its last ones not yet finished)
     assert any("waits for 100 requests in its window" in reason for reason in reasons), reasons[-3:]
+
+
+def test_a_regime_shift_is_replayed_on_its_own_and_exported(tmp_path):
+    """Chat for 10 minutes, then a document-heavy regime: before the shift the replay holds one regime; from a
+    few minutes after it, the recommendation says how long the new regime has lasted and /metrics exports it."""
+    from advisor.export.collector import AdvisorCollector
+    from advisor.sim.workload import workload_from_dict
+
+    chat = {"name": "chat", "input": {"median": 1200, "sigma": 0.8, "min": 16, "max": 16000},
+            "output": {"median": 300, "sigma": 0.7, "min": 1, "max": 4096}, "max_new_tokens": {"fixed": 4096}}
+    docs = {"name": "docs", "input": {"median": 30000, "sigma": 0.4, "min": 4000, "max": 120000},
+            "output": {"median": 700, "sigma": 0.6, "min": 1, "max": 8192}, "max_new_tokens": {"fixed": 8192}}
+    workload = workload_from_dict({
+        "name": "shift", "arrival": {"process": "poisson", "rate": 2.0}, "classes": [chat, docs],
+        "phases": [{"duration": 600, "weights": {"chat": 0.95, "docs": 0.05}},
+                   {"duration": 3000, "rate": 0.6, "weights": {"chat": 0.3, "docs": 0.7}}],
+    })
+    clock = ManualClock()
+    log_path = tmp_path / "sglang.log"
+    server = EmulatedServer(load_server_config("default"), workload, log_path=str(log_path),
+                            request_log_path=str(log_path), clock=clock)
+    server.start()
+    try:
+        advisor = make_advisor(server.url, log_path, tmp_path, clock)
+        before = cycles(advisor, server, clock, 19)  # 570 s: one regime so far
+        assert before.recommendation.replay_requests is not None
+        assert before.recommendation.replay_regime_seconds is None
+        after = cycles(advisor, server, clock, 13)  # 960 s: six minutes of documents
+        rec = after.recommendation
+        assert rec.replay_regime_seconds is not None and 240.0 <= rec.replay_regime_seconds <= 360.0 + 60.0
+        assert any("changed character" in note for note in rec.notes)
+        exported = {sample.name: sample.value for family in AdvisorCollector(advisor.store).collect()
+                    for sample in family.samples if sample.name == "sglang_advisor_traffic_regime_age_seconds"}
+        assert exported == {"sglang_advisor_traffic_regime_age_seconds": rec.replay_regime_seconds}
+        advisor.close()
+    finally:
+        server.stop()
