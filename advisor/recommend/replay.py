@@ -20,6 +20,10 @@ made heavier: a live ratio that only this draw spared loses there.
 The live ratio runs first, as a check of the picture against the server: a metrics-only picture whose running
 batch there is not as long as the server showed has its outputs paired again (`calibrated_picture`), and the
 running requests it holds there are reported beside the server's.
+
+Where the traffic changed character inside the window (`advisor.estimate.regime`), the new regime is replayed on
+its own too, repeated to the window's length, and the ratio read where both curves are on their plateaus
+(`regime_curve`).
 """
 
 from __future__ import annotations
