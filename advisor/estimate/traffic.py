@@ -224,6 +224,7 @@ def tiled(picture: TrafficPicture, seconds: float) -> TrafficPicture:
     if not span > 0 or seconds <= span or not picture.requests:
         return picture
     copies = int(math.ceil(seconds / span))
+    fixed_outputs = set(picture.fixed_outputs)
     requests: list[RequestSpec] = []
     fixed: list[int] = []
     for copy in range(copies):
@@ -231,7 +232,7 @@ def tiled(picture: TrafficPicture, seconds: float) -> TrafficPicture:
         for index, request in enumerate(picture.requests):
             if request.time + offset >= seconds:
                 continue
-            if index in picture.fixed_outputs:
+            if index in fixed_outputs:
                 fixed.append(len(requests))
             group = request.prefix_group if copy == 0 or request.prefix_group is None else f"{request.prefix_group}#{copy}"
             requests.append(replace(request, time=request.time + offset, prefix_group=group))

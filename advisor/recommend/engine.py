@@ -288,12 +288,12 @@ def _recommend(
             )
         if replay.regime_seconds is not None and replay.window_plateau and replay.regime_plateau:
             (window_low, window_high), (regime_low, regime_high) = replay.window_plateau, replay.regime_plateau
-            both = max(window_low, regime_low) <= min(window_high, regime_high)
             notes.append(
                 f"the traffic changed character {replay.regime_seconds / 60:.0f} min before the replay's end: the new "
                 f"regime, replayed as if it had filled the window, is on its plateau over r {regime_low:.3g}-"
                 f"{regime_high:.3g}, the whole window over r {window_low:.3g}-{window_high:.3g}; "
-                + ("the advice is read where both hold" if both else "no ratio holds both, and the new regime decides")
+                + ("the advice is read where both hold" if replay.reads_both_plateaus
+                   else "no ratio holds both, and the new regime decides")
             )
         if replay.flat:
             notes.append(

@@ -168,11 +168,18 @@ class ReplayCurve:
     headroom_gain: float | None = None
     headroom: float = 1.0
     # After a regime shift inside the window: how long ago (seconds before the window's end) the new regime began,
-    # the whole window's own plateau, and the runs its replay took (the curve's points are the new regime's).
+    # the whole window's own plateau, and the runs no other field counts (the window's curve and heavier pair, the
+    # new regime's heavier pair where the curve read from both drops it; the curve's points are the new regime's).
     regime_seconds: float | None = None
     window_plateau: tuple[float, float] | None = None
     regime_plateau: tuple[float, float] | None = None  # the new regime's own (the curve's is where both hold)
-    window_runs: int = 0
+    other_runs: int = 0
+
+    @property
+    def reads_both_plateaus(self) -> bool:
+        """After a regime shift: some ratio is on both the new regime's plateau and the window's."""
+        return (self.window_plateau is not None and self.regime_plateau is not None
+                and _overlap(self.window_plateau, self.regime_plateau))
 
     def goodput_at(self, ratio: float) -> float:
         """The replayed score at `ratio`, linear in log r between the ratios run (the nearest end's beyond them)."""
@@ -185,9 +192,9 @@ class ReplayCurve:
     @property
     def runs(self) -> int:
         """Runs of the scheduler model the replay took: its curve, the re-pairings, the heavier traffic's two, and
-        after a regime shift the whole window's."""
+        after a regime shift the whole window's (`other_runs`)."""
         return (len(self.points) + self.calibration_rounds + (2 if self.headroom_gain is not None else 0)
-                + self.window_runs)
+                + self.other_runs)
 
     @property
     def gain(self) -> float | None:
@@ -236,6 +243,11 @@ def _finite_at_least(value: object, low: float, *, above: bool = False) -> bool:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         return False
     return value > low if above else value >= low
+
+
+def _overlap(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    """Two ratio ranges share a ratio."""
+    return max(a[0], b[0]) <= min(a[1], b[1])
 
 
 def _gain(chosen: float | None, live: float | None) -> float | None:
@@ -486,7 +498,7 @@ def regime_curve(whole: ReplayCurve, recent: ReplayCurve, *, regime_seconds: flo
     the two plateaus do not overlap, the new regime's curve itself. The window's check against the server (the
     running batch at the live ratio) is the window's."""
     own = _with_window(recent, whole, regime_seconds, (recent.width_lower, recent.width_upper))
-    if max(whole.width_lower, recent.width_lower) > min(whole.width_upper, recent.width_upper):
+    if not own.reads_both_plateaus:
         return own
     recent_best = max(p.goodput for p in recent.points)
     whole_best = max(p.goodput for p in whole.points)
@@ -509,6 +521,7 @@ def regime_curve(whole: ReplayCurve, recent: ReplayCurve, *, regime_seconds: flo
         live_keep_robust_goodput=_robust(scores, live, settings.cliff_keep_margin) if live is not None else None,
         chosen_keep_robust_goodput=_robust(scores, chosen, settings.cliff_keep_margin),
         headroom_gain=None, headroom=1.0, plateau_tolerance=tolerance,
+        other_runs=own.other_runs + (2 if recent.headroom_gain is not None else 0),
     )
 
 
@@ -521,7 +534,8 @@ def _with_window(recent: ReplayCurve, whole: ReplayCurve, regime_seconds: float,
         live_context_replayed=whole.live_context_replayed, live_running_shown=whole.live_running_shown,
         live_running_replayed=whole.live_running_replayed, live_running_matches=whole.live_running_matches,
         calibration_rounds=whole.calibration_rounds, regime_seconds=regime_seconds,
-        window_plateau=(whole.width_lower, whole.width_upper), regime_plateau=regime_plateau, window_runs=whole.runs,
+        window_plateau=(whole.width_lower, whole.width_upper), regime_plateau=regime_plateau,
+        other_runs=whole.runs - whole.calibration_rounds,  # its re-pairings are calibration_rounds now
     )
 
 
@@ -668,10 +682,7 @@ def recent_load(picture: TrafficPicture, seconds: float) -> float:
     if len(recent) - expected <= TREND_SIGMAS * math.sqrt(expected):
         return 1.0
 
-    def mean_size(requests: Sequence[RequestSpec]) -> float:
-        return sum(r.input_tokens + r.output_tokens for r in requests) / len(requests)
-
-    character = mean_size(recent) / mean_size(picture.requests)
+    character = _mean_size(recent) / _mean_size(picture.requests)
     if not 1.0 / TREND_CHARACTER_FACTOR <= character <= TREND_CHARACTER_FACTOR:
         return 1.0
     return len(recent) / expected

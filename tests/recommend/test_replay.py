@@ -398,13 +398,16 @@ def _chat_then_documents():
     return TrafficPicture(chat + docs, 1500.0, "request_log")
 
 
-def _plateau_by_traffic(window: tuple[float, float], regime: tuple[float, float]):
-    """A stand-in whose plateau is `regime` on a picture of documents alone and `window` on the mixed window."""
+def _plateau_by_traffic(window: tuple[float, float], regime: tuple[float, float], runs: list | None = None):
+    """A stand-in whose plateau is `regime` on a picture of documents alone and `window` on the mixed window (each
+    ratio it runs appended to `runs`)."""
     from dataclasses import replace as dc_replace
 
     template = _template()
 
     def run_many(_server, picture, ratios, _settings):
+        if runs is not None:
+            runs.extend(ratios)
         mean = sum(r.input_tokens for r in picture.requests) / len(picture.requests)
         lower, upper = regime if mean > 10000 else window
         return [dc_replace(template, ratio=r, completed_requests=5000, goodput_tokens_per_second=1000.0,
@@ -415,10 +418,11 @@ def _plateau_by_traffic(window: tuple[float, float], regime: tuple[float, float]
 
 def test_after_a_regime_shift_the_advice_is_read_where_the_new_regime_and_the_window_are_both_on_their_plateaus():
     server = load_server_config("default")
+    runs: list[float] = []
     curve = replay_curve(server, _chat_then_documents(), prior_ratio=1.0, live_ratio=0.9,
-                         run_many=_plateau_by_traffic(window=(0.3, 3.0), regime=(0.1, 0.5)))
+                         run_many=_plateau_by_traffic(window=(0.3, 3.0), regime=(0.1, 0.5), runs=runs))
     assert curve is not None
-    assert curve.regime_seconds == pytest.approx(300.0)
+    assert curve.regime_seconds == pytest.approx(300.0) and curve.reads_both_plateaus
     assert curve.window_plateau is not None and curve.regime_plateau is not None
     assert 0.3 <= curve.window_plateau[0] < 0.5 < 2.0 < curve.window_plateau[1] <= 3.0  # tried ratios on each
     assert 0.1 <= curve.regime_plateau[0] < 0.3 < curve.regime_plateau[1] <= 0.5
@@ -426,7 +430,7 @@ def test_after_a_regime_shift_the_advice_is_read_where_the_new_regime_and_the_wi
     # the live 0.9 serves the window but not the new regime: moving gains, and 0.9 is outside the hold band
     assert curve.gain == pytest.approx(2.0 / 1.25, rel=0.01)  # 3/4 SLO (half) + 1/4 raw (whole) at 0.9
     assert not curve.hold_lower <= 0.9 <= curve.hold_upper
-    assert curve.runs > len(curve.points)  # the window's own replay counts too
+    assert curve.runs == len(runs) > len(curve.points)  # every run counted once, the window's own replay too
     # the checkpoint keeps what the curve says of the regime
     restored = ReplayCurve.from_dict(curve.to_dict())
     assert restored.window_plateau == curve.window_plateau and restored.regime_seconds == curve.regime_seconds
@@ -434,9 +438,11 @@ def test_after_a_regime_shift_the_advice_is_read_where_the_new_regime_and_the_wi
 
 def test_where_no_ratio_holds_both_the_new_regime_decides():
     server = load_server_config("default")
+    runs: list[float] = []
     curve = replay_curve(server, _chat_then_documents(), prior_ratio=1.0, live_ratio=0.9,
-                         run_many=_plateau_by_traffic(window=(0.3, 3.0), regime=(0.05, 0.15)))
-    assert curve is not None and curve.regime_seconds == pytest.approx(300.0)
+                         run_many=_plateau_by_traffic(window=(0.3, 3.0), regime=(0.05, 0.15), runs=runs))
+    assert curve is not None and curve.regime_seconds == pytest.approx(300.0) and not curve.reads_both_plateaus
+    assert curve.runs == len(runs)
     assert 0.05 <= curve.width_lower < curve.chosen_ratio < curve.width_upper <= 0.15
 
 
