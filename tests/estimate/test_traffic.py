@@ -12,6 +12,7 @@ from advisor.estimate.traffic import (
     TrafficEstimator,
     TrafficPicture,
     TrafficSettings,
+    _sample_lengths,
     _split_batch,
     admitted_prompts,
     live_context,
@@ -43,9 +44,39 @@ def test_bins_keep_arrivals_and_each_bins_own_lengths():
     inputs = np.array([r.input_tokens for r in picture.requests])
     assert len(picture.requests) == pytest.approx(20 * 30 + 4, abs=2)  # arrivals = finished + change in flight
     assert picture.backlog == 4
-    early, late = inputs[times < 290], inputs[times > 310]
-    assert early.mean() == pytest.approx(600, rel=0.05) and late.mean() == pytest.approx(40000, rel=0.05)
+    # the four in flight at the switch finish among the documents: fcfs, they are the chat's last; each draw's
+    # mean is the bucket's, near the exact one (a 4x bucket: 300 draws' mean within 3 standard errors, 7%)
+    early, late = inputs[times < 270], inputs[times > 310]
+    assert early.mean() == pytest.approx(600, rel=0.07) and late.mean() == pytest.approx(40000, rel=0.07)
     assert all(r.max_new_tokens == UNSET_MAX_NEW_TOKENS for r in picture.requests)
+
+
+def test_a_queued_burst_gets_its_lengths_where_it_came_not_where_it_finished():
+    """Chat at 10 a bin; in bin 5, 40 documents come behind 10 chat and finish, queued, over bins 6 and 7, 20 a
+    bin, while the chat that came meanwhile waits behind them. Each arrival's lengths are those of the interval it
+    finished in, fcfs: the documents are replayed in bin 5, not in the chat of bins 6 and 7."""
+    traffic = TrafficEstimator(TrafficSettings(window_seconds=1000))
+    traffic.observe_interval(0.0, 30.0, finished=0, in_system=0)
+    in_system = 0
+    for index in range(12):
+        arrivals = 50 if index == 5 else 10
+        finishes = {6: (0, 20), 7: (0, 20), 8: (20, 0), 9: (20, 0)}.get(index, (10, 0))
+        finished = sum(finishes)
+        in_system += arrivals - finished
+        chat, docs = finishes
+        traffic.observe_interval(30.0 * (index + 1), 30.0, finished=finished, in_system=in_system,
+                                 prompt_bounds=PROMPT_BOUNDS, prompt_counts=[chat, 0, 0, docs, 0],
+                                 prompt_sum=chat * 600 + docs * 40000, generation_bounds=OUTPUT_BOUNDS,
+                                 generation_counts=[0, finished, 0, 0], generation_sum=finished * 300)
+    picture = traffic.picture(seed=3)
+    assert picture is not None
+    times = np.array([r.time for r in picture.requests])
+    inputs = np.array([r.input_tokens for r in picture.requests])
+    burst = (times >= 150) & (times < 180)
+    after = (times >= 180) & (times < 240)
+    assert burst.sum() == 50 and after.sum() == 20
+    assert np.sum(inputs[burst] > 16000) == 40  # every document where it came
+    assert inputs[after].max() <= 1000 and inputs[times < 150].max() <= 1000  # chat's bucket
 
 
 def test_the_window_drops_old_bins():
@@ -211,11 +242,12 @@ def _new_server(lifetime_requests: float | None) -> TrafficEstimator:
 def test_a_new_servers_first_finishes_do_not_set_the_output_lengths_of_its_first_arrivals():
     """A server that began serving as the window opened finishes only short answers at first (a long one has
     not had the time): its first arrivals draw their lengths from the intervals that could finish long ones.
-    A server that had served long before keeps each interval's own."""
+    A server that had served long before keeps those of the intervals they finished in (40 in flight: two
+    intervals on, still short for the first three intervals' arrivals)."""
     def early_outputs(traffic: TrafficEstimator) -> float:
         picture = traffic.picture(seed=2)
         assert picture is not None
-        return float(np.mean([r.output_tokens for r in picture.requests if r.time < 150.0]))
+        return float(np.mean([r.output_tokens for r in picture.requests if r.time < 90.0]))
 
     fresh = _new_server(lifetime_requests=0.0)
     assert fresh.served_at_baseline == (0.0, 0.0)
@@ -657,3 +689,51 @@ def test_a_tiled_picture_repeats_its_traffic_to_the_length_asked_with_conversati
     assert long.requests[9].prefix_group == "s1#2"
     assert long.fixed_outputs == (1, 2, 5, 6, 9)
     assert tiled(picture, 200.0) is picture  # already that long
+
+
+def test_what_still_waits_at_the_windows_end_draws_the_windows_lengths_not_its_last_intervals():
+    """Overload: 20 come and 10 finish each interval, so half the window's arrivals are still in the system at its
+    end. They draw their outputs from all the window finished (half of them long), not from its last interval's
+    finishes alone (all short)."""
+    traffic = TrafficEstimator(TrafficSettings(window_seconds=1000))
+    traffic.observe_interval(0.0, 30.0, finished=0, in_system=0)
+    for index in range(10):
+        long_ones = 0 if index == 9 else 5
+        traffic.observe_interval(30.0 * (index + 1), 30.0, finished=10, in_system=10 * (index + 1),
+                                 prompt_bounds=PROMPT_BOUNDS, prompt_counts=[10, 0, 0, 0, 0], prompt_sum=6000,
+                                 generation_bounds=OUTPUT_BOUNDS, generation_counts=[0, 10 - long_ones, 0, long_ones],
+                                 generation_sum=(10 - long_ones) * 300 + long_ones * 4000)
+    picture = traffic.picture(seed=4)
+    assert picture is not None and len(picture.requests) == 200
+    outputs = np.array([r.output_tokens for r in picture.requests])
+    times = np.array([r.time for r in picture.requests])
+    waiting = outputs[times >= 150]  # fcfs: the 100 arrivals past the 100 finishes
+    assert len(waiting) == 100
+    assert np.mean(waiting > 2048) == pytest.approx(45 / 100, abs=0.15)
+
+
+def test_drawn_lengths_stay_in_their_buckets_and_keep_the_exact_mean():
+    bounds = (100.0, 1000.0, 10000.0, float("inf"))
+    rng = np.random.default_rng(5)
+    for counts, mean in (([0, 40, 0, 0], 800.0), ([0, 40, 0, 0], 200.0), ([10, 30, 0, 0], 400.0)):
+        drawn = _sample_lengths(rng, bounds, counts, mean * sum(counts), 20000)
+        assert drawn.mean() == pytest.approx(mean, rel=0.02)
+        assert drawn.max() <= 1000  # nothing counted above 1000
+        if counts[0] == 0:
+            assert drawn.min() >= 100
+    # a mean no bucket can hold (an open top bucket's doubling assumed): scaled to it
+    assert _sample_lengths(rng, bounds, [0, 0, 0, 5], 5 * 50000.0, 4000).mean() == pytest.approx(50000, rel=0.02)
+
+
+def test_small_draws_of_a_heavy_tail_keep_the_tail():
+    """A scrape finishes a score of answers, one in a hundred of them past 16K: small draws from its histogram keep
+    that one in a hundred, not squeeze it to each draw's mean."""
+    bounds = (1000.0, 2000.0, 4000.0, 8000.0, 16000.0, 32000.0)
+    counts = [60, 20, 10, 6, 3, 1]
+    total = 60 * 600 + 20 * 1400 + 10 * 2800 + 6 * 5600 + 3 * 11000 + 1 * 22000
+    rng = np.random.default_rng(9)
+    drawn = np.concatenate([_sample_lengths(rng, bounds, counts, total, 18) for _ in range(400)])
+    shares = np.histogram(drawn, bins=[0.0, *bounds])[0] / len(drawn)
+    # each bucket's share, within 3 standard errors of 7200 draws
+    assert shares == pytest.approx(np.array(counts) / 100, abs=3 * np.sqrt(0.25 / len(drawn)))
+    assert drawn.mean() == pytest.approx(total / 100, rel=0.05)
