@@ -7,8 +7,9 @@ and re-paired (one more run at the live ratio a round) while they differ: the `c
 in the daemon's process with the shown length `--shown-gap` above the replay's own (0 to skip), and count the
 extra runs.
 
-A last row times the daemon's 30-minute window 15 minutes after a regime shift, where the new regime is replayed
-on its own too (`--no-shift-row` skips it).
+Two last rows time the daemon's 30-minute window 15 minutes after a regime shift, where the new regime is replayed
+on its own too, and a window whose last 5 minutes came 1.4x faster (a ramp), where the window is replayed that
+much heavier too (`--no-shift-row` skips both).
 
     python3 bench/replay_speed.py [--window 3600] [--workloads steady-chat,doc-bursts] [--workers 1,2]
 """
@@ -42,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shown-gap", type=float, default=0.15,
                         help="the shown batch length over the replay's own for the calibrated timing (0: skip)")
     parser.add_argument("--no-shift-row", dest="shift_row", action="store_false",
-                        help="skip the row of a 30-minute window 15 minutes after a regime shift")
+                        help="skip the rows of a 30-minute window 15 minutes after a regime shift and of a rising one")
     args = parser.parse_args(argv)
     workers = [int(w) for w in args.workers.split(",")]
     server = load_server_config(args.server)
@@ -59,6 +60,11 @@ def main(argv: list[str] | None = None) -> int:
         shifted = [replace(r, time=r.time - 300.0) for r in load_workload("regime-shift").requests(1, 2100.0)
                    if r.time >= 300.0]
         rows.append(("regime-shift (15 min in)", shifted, 1800.0))
+        # ... and one whose last 5 minutes came 1.4x as fast (a morning's ramp): the window is replayed as heavy as
+        # they came too (`trend_curve`), so a cycle under a trend costs two replays as well.
+        rising = [r if r.time < 1500.0 else replace(r, time=1500.0 + (r.time - 1500.0) / 1.4)
+                  for r in load_workload("steady-chat").requests(1, 1920.0)]
+        rows.append(("steady-chat, rising", rising, 1800.0))
     for name, requests, window in rows:
         _time_row(name, requests, window, server, workers, args.shown_gap)
     replay_pool.shutdown()
@@ -100,6 +106,7 @@ def _time_row(name: str, requests: list[RequestSpec], window: float, server: Sch
         rounds = calibrated.calibration_rounds if calibrated else 0
         cells += f" {time.perf_counter() - started:7.2f} {rounds:5d}"
     regime = f", regime {curve.regime_seconds:.0f} s" if curve.regime_seconds is not None else ""
+    regime += f", trend {curve.trend_load:.2f}x" if curve.trend_load is not None else ""
     print(f"{name:22s} {len(requests):8d} {len(picture.requests):8d} {curve.runs:4d}{cells}  "
           f"{curve.chosen_ratio:.3g} ({prior:.3g}){regime}", flush=True)
 

@@ -257,9 +257,18 @@ def what_if_panels() -> list[Any]:
         "new regime is replayed on its own as if it had filled the window, and the recommendation is read where "
         "both it and the whole window are on their plateaus. Empty with one regime. Metric: "
         "sglang_advisor_traffic_regime_age_seconds.",
-        "s", [query(advisor("sglang_advisor_traffic_regime_age_seconds"), "A", "{{server}}")], 24, 6)
+        "s", [query(advisor("sglang_advisor_traffic_regime_age_seconds"), "A", "{{server}}")], 12, 6)
         .min(0))
-    return [gain, width, regime]
+    trend = (series_panel(
+        27, "Traffic trend",
+        "Where the same traffic came faster over the what-if replay window's last minutes than over the window (a "
+        "morning's ramp, beyond the count's noise): their arrival rate over the window's, at most 1.5. While it "
+        "shows, the window is replayed again that much heavier, and the recommendation is read where both it and "
+        "the window as observed are on their plateaus: the traffic to come is heavier than the window's mean. "
+        "Empty without a trend. Metric: sglang_advisor_traffic_trend_load_ratio.",
+        "none", [query(advisor("sglang_advisor_traffic_trend_load_ratio"), "A", "{{server}}")], 12, 6)
+        .decimals(2).min(1))
+    return [gain, width, regime, trend]
 
 
 def pool_panels() -> list[Any]:

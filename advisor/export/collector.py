@@ -119,6 +119,12 @@ _GAUGES: tuple[tuple[str, str, StatusField], ...] = (
         _from_recommendation(lambda r: r.replay_regime_seconds),
     ),
     (
+        "traffic_trend_load_ratio",
+        "Arrival rate of the what-if replay window's last minutes over the window's, where the same traffic came "
+        "faster (absent: no trend); the window is then replayed that much heavier too and decides with the observed.",
+        _from_recommendation(lambda r: r.replay_trend_load),
+    ),
+    (
         "observed_max_running_requests",
         "max_running_requests the server reports per DP worker (its effective concurrency clamp).",
         _from_recommendation(lambda r: r.observed_max_running_requests),

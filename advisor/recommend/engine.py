@@ -267,6 +267,7 @@ def _recommend(
         rec.replay_requests, rec.replay_window_seconds = replay.requests, replay.window_seconds
         rec.replay_source = replay.source
         rec.replay_regime_seconds = replay.regime_seconds
+        rec.replay_trend_load = replay.trend_load
         rec.step_time_coefficients = dict(replay.step_time)
         rec.replay_live_context_shown = replay.live_context_shown
         rec.replay_live_context_replayed = replay.live_context_replayed
@@ -294,6 +295,15 @@ def _recommend(
                 f"{regime_high:.3g}, the whole window over r {window_low:.3g}-{window_high:.3g}; "
                 + ("the advice is read where both hold" if replay.reads_both_plateaus
                    else "no ratio holds both, and the new regime decides")
+            )
+        if replay.trend_load is not None and replay.window_plateau and replay.trend_plateau:
+            (window_low, window_high), (ahead_low, ahead_high) = replay.window_plateau, replay.trend_plateau
+            notes.append(
+                f"the traffic is rising: the replay window's last minutes came {replay.trend_load:.2f}x as fast as "
+                f"the window; that heavier traffic is on its plateau over r {ahead_low:.3g}-{ahead_high:.3g}, the "
+                f"window as observed over r {window_low:.3g}-{window_high:.3g}; "
+                + ("the advice is read where both hold" if replay.reads_both_plateaus
+                   else "no ratio holds both: the advice follows the window as observed until the heavier traffic comes")
             )
         if replay.flat:
             notes.append(

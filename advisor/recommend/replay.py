@@ -23,7 +23,9 @@ running requests it holds there are reported beside the server's.
 
 Where the traffic changed character inside the window (`advisor.estimate.regime`), the new regime is replayed on
 its own too, repeated to the window's length, and the ratio read where both curves are on their plateaus
-(`regime_curve`).
+(`regime_curve`). Where the same traffic comes faster and faster (a morning's ramp: `recent_load`), the window is
+replayed again as heavy as its last minutes came, and the ratio read where both hold (`trend_curve`): the traffic
+to come is heavier than the window's mean.
 """
 
 from __future__ import annotations
@@ -91,6 +93,9 @@ class ReplaySettings:
     # spares can fail it. A window under three times `trend_seconds` shows no trend.
     trend_seconds: float = 300.0
     headroom_max: float = 1.5
+    # ... and where that trend is there, the whole curve is replayed on the traffic that heavy too, and the ratio read
+    # where both curves hold (`trend_curve`); False replays the trend's two runs only.
+    follow_trend: bool = True
     # Where the traffic changed character inside the window (a regime shift), its new regime is replayed on its own
     # too and decides with the window (`replay_curve`); None replays the window alone.
     regime: RegimeSettings | None = RegimeSettings()
@@ -174,12 +179,17 @@ class ReplayCurve:
     window_plateau: tuple[float, float] | None = None
     regime_plateau: tuple[float, float] | None = None  # the new regime's own (the curve's is where both hold)
     other_runs: int = 0
+    # Where the same traffic came faster over the window's last minutes (a trend): how much heavier it was replayed
+    # (the curve's points are that traffic's), and that curve's own plateau.
+    trend_load: float | None = None
+    trend_plateau: tuple[float, float] | None = None
 
     @property
     def reads_both_plateaus(self) -> bool:
-        """After a regime shift: some ratio is on both the new regime's plateau and the window's."""
-        return (self.window_plateau is not None and self.regime_plateau is not None
-                and _overlap(self.window_plateau, self.regime_plateau))
+        """After a regime shift or under a trend: some ratio is on both the other curve's plateau (the new regime's,
+        the heavier traffic's) and the window's."""
+        other = self.regime_plateau if self.regime_plateau is not None else self.trend_plateau
+        return self.window_plateau is not None and other is not None and _overlap(self.window_plateau, other)
 
     def goodput_at(self, ratio: float) -> float:
         """The replayed score at `ratio`, linear in log r between the ratios run (the nearest end's beyond them)."""
@@ -226,7 +236,7 @@ class ReplayCurve:
         known = {f.name for f in fields(cls)}
         values = {name: value for name, value in saved.items() if name in known}
         points = [CurvePoint(**point) for point in values.pop("points")]
-        for name in ("window_plateau", "regime_plateau"):
+        for name in ("window_plateau", "regime_plateau", "trend_plateau"):
             if values.get(name) is not None:
                 low, high = values[name]
                 values[name] = (float(low), float(high))
@@ -466,11 +476,13 @@ def replay_curve(
     settings = settings or ReplaySettings()
     whole, calibrated = _window_curve(server, picture, prior_ratio=prior_ratio, live_ratio=live_ratio,
                                       settings=settings, run_many=run_many)
-    if whole is None or settings.regime is None:
-        return whole
-    start = regime_start(calibrated.requests, calibrated.window_seconds, settings.regime)
+    if whole is None:
+        return None
+    start = (regime_start(calibrated.requests, calibrated.window_seconds, settings.regime)
+             if settings.regime is not None else None)
     if start is None:
-        return whole
+        return _followed_trend(server, whole, calibrated, prior_ratio=prior_ratio, live_ratio=live_ratio,
+                               settings=settings, run_many=run_many)
     # The new regime's picture, repeated to the window's length: what the window would have been had the new traffic
     # filled it (a queue or a KV pool that fills over many minutes shows in a replay that long, not in one of the
     # regime's first minutes from empty). The server's running batch over the window says nothing of its part, so
@@ -497,22 +509,44 @@ def regime_curve(whole: ReplayCurve, recent: ReplayCurve, *, regime_seconds: flo
     smaller of its share of the new regime's best and of the whole window's, in the new regime's tokens/s; where
     the two plateaus do not overlap, the new regime's curve itself. The window's check against the server (the
     running batch at the live ratio) is the window's."""
-    own = _with_window(recent, whole, regime_seconds, (recent.width_lower, recent.width_upper))
+    own = _with_window(recent, whole, regime_seconds=regime_seconds,
+                       regime_plateau=(recent.width_lower, recent.width_upper))
+    return _read_both(own, whole, live_ratio=live_ratio, settings=settings)
+
+
+def trend_curve(whole: ReplayCurve, ahead: ReplayCurve, *, load: float, live_ratio: float | None,
+                settings: ReplaySettings) -> ReplayCurve:
+    """The curve the advice is read from under a trend: the window's traffic `load` times heavier (`ahead`), each of
+    its ratios scored the smaller of its share of that curve's best and of the window's, in the heavier traffic's
+    tokens/s. Where the two plateaus do not overlap, the window's curve as observed: the heavier traffic is a
+    forecast (a regime's replay is of traffic that came), and a rate that goes on rising shows in the next replays.
+    Both plateaus are reported either way."""
+    marks = {"trend_load": load, "trend_plateau": (ahead.width_lower, ahead.width_upper)}
+    own = _with_window(ahead, whole, **marks)
+    if not own.reads_both_plateaus:
+        return replace(whole, window_plateau=own.window_plateau, other_runs=whole.other_runs + ahead.runs, **marks)
+    return _read_both(own, whole, live_ratio=live_ratio, settings=settings)
+
+
+def _read_both(own: ReplayCurve, whole: ReplayCurve, *, live_ratio: float | None,
+               settings: ReplaySettings) -> ReplayCurve:
+    """`own` (the other curve, with the window's fields) read where both it and the window's curve are on their
+    plateaus; where no ratio is, `own` as it is."""
     if not own.reads_both_plateaus:
         return own
-    recent_best = max(p.goodput for p in recent.points)
+    own_best = max(p.goodput for p in own.points)
     whole_best = max(p.goodput for p in whole.points)
-    if not recent_best > 0 or not whole_best > 0:
+    if not own_best > 0 or not whole_best > 0:
         return own
-    scores = {p.ratio: recent_best * min(p.goodput / recent_best, whole.goodput_at(p.ratio) / whole_best)
-              for p in recent.points}
-    tolerance = max(recent.plateau_tolerance, whole.plateau_tolerance)
+    scores = {p.ratio: own_best * min(p.goodput / own_best, whole.goodput_at(p.ratio) / whole_best)
+              for p in own.points}
+    tolerance = max(own.plateau_tolerance, whole.plateau_tolerance)
     best, plateau = _plateau(scores, lambda _: tolerance)
     chosen, hold_lower, hold_upper = _reading(plateau, settings)
     live = live_ratio if live_ratio is not None and live_ratio > 0 else None
     return replace(
         own,
-        points=[replace(p, goodput=scores[p.ratio]) for p in recent.points],
+        points=[replace(p, goodput=scores[p.ratio]) for p in own.points],
         chosen_ratio=chosen, best_ratio=best, width_lower=plateau[0], width_upper=plateau[-1], flat=len(plateau) > 1,
         live_goodput=_interpolated(scores, live) if live is not None else None,
         chosen_goodput=_interpolated(scores, chosen), hold_lower=hold_lower, hold_upper=hold_upper,
@@ -521,22 +555,39 @@ def regime_curve(whole: ReplayCurve, recent: ReplayCurve, *, regime_seconds: flo
         live_keep_robust_goodput=_robust(scores, live, settings.cliff_keep_margin) if live is not None else None,
         chosen_keep_robust_goodput=_robust(scores, chosen, settings.cliff_keep_margin),
         headroom_gain=None, headroom=1.0, plateau_tolerance=tolerance,
-        other_runs=own.other_runs + (2 if recent.headroom_gain is not None else 0),
+        other_runs=own.other_runs + (2 if own.headroom_gain is not None else 0),
     )
 
 
-def _with_window(recent: ReplayCurve, whole: ReplayCurve, regime_seconds: float,
-                 regime_plateau: tuple[float, float]) -> ReplayCurve:
-    """The new regime's curve with what the window's replay says: its check against the server, its plateau."""
+def _with_window(other: ReplayCurve, whole: ReplayCurve, **marks: Any) -> ReplayCurve:
+    """The other curve (a new regime's, the heavier traffic's) with what the window's replay says: its check against
+    the server, its plateau, and `marks` (what the other curve is)."""
     return replace(
-        recent, live_context_shown=whole.live_context_shown,
+        other, live_context_shown=whole.live_context_shown,
         live_context_replayed_before=whole.live_context_replayed_before,
         live_context_replayed=whole.live_context_replayed, live_running_shown=whole.live_running_shown,
         live_running_replayed=whole.live_running_replayed, live_running_matches=whole.live_running_matches,
-        calibration_rounds=whole.calibration_rounds, regime_seconds=regime_seconds,
-        window_plateau=(whole.width_lower, whole.width_upper), regime_plateau=regime_plateau,
+        calibration_rounds=whole.calibration_rounds, window_plateau=(whole.width_lower, whole.width_upper),
         other_runs=whole.runs - whole.calibration_rounds,  # its re-pairings are calibration_rounds now
+        **marks,
     )
+
+
+def _followed_trend(server: SchedulerServerConfig, whole: ReplayCurve, picture: TrafficPicture, *, prior_ratio: float,
+                    live_ratio: float | None, settings: ReplaySettings, run_many: RunMany) -> ReplayCurve:
+    """`whole`, or where the window's last minutes came faster than its mean (`recent_load`) the `trend_curve` of
+    the window and of its traffic that much heavier (at most `headroom_max`). The heavier traffic is the window's
+    own picture, already checked against the server; it runs no heavier pair of its own."""
+    load = min(settings.headroom_max, recent_load(picture, settings.trend_seconds))
+    if not settings.follow_trend or not load > 1.0:
+        return whole
+    ahead_picture = replace(heavier(picture, load), live_context=None, live_running=None)
+    ahead, _ = _window_curve(server, ahead_picture, prior_ratio=prior_ratio, live_ratio=live_ratio,
+                             settings=replace(settings, headroom=1.0, headroom_max=1.0), run_many=run_many,
+                             also=(whole.width_lower, whole.chosen_ratio, whole.width_upper))
+    if ahead is None:
+        return whole
+    return trend_curve(whole, ahead, load=load, live_ratio=live_ratio, settings=settings)
 
 
 def _window_curve(
@@ -669,17 +720,25 @@ def _window_curve(
 
 
 def recent_load(picture: TrafficPicture, seconds: float) -> float:
-    """The arrival rate of the window's last `seconds` over the window's own, where the same traffic came faster:
-    1.0 when the rise is within TREND_SIGMAS of the count's Poisson noise, when the last minutes' mean request
-    (prompt and output) differs from the window's by more than TREND_CHARACTER_FACTOR (other traffic, a regime
-    shift, is not more of the same), or for a window under three times `seconds` (too short to tell a trend from
-    a burst)."""
+    """The arrival rate of the window's last `seconds` over the window's own, where the same traffic came faster and
+    still rose after the window's middle: 1.0 when the last minutes' count exceeds the window's expectation, or that
+    of as long a stretch about the window's middle, by no more than TREND_SIGMAS of its noise; when the last
+    minutes' mean request (prompt and output) differs from the window's by more than TREND_CHARACTER_FACTOR (other
+    traffic, a regime shift, is not more of the same); or for a window under three times `seconds` (too short to
+    tell a trend from a burst). The noise is Poisson's times the per-minute counts' dispersion about their line
+    (at least 1): a conversation's turns come in runs, and agentic sessions count twice Poisson's spread and more.
+    A rise over by the window's middle (a new server's sessions building up, a step long past) is no trend of the
+    traffic to come."""
     window = picture.window_seconds
     if window < 3 * seconds or not picture.requests:
         return 1.0
+    times = np.asarray([request.time for request in picture.requests])
     recent = [request for request in picture.requests if request.time >= window - seconds]
     expected = len(picture.requests) * seconds / window
-    if len(recent) - expected <= TREND_SIGMAS * math.sqrt(expected):
+    middle = float(np.count_nonzero(np.abs(times - window / 2) < seconds / 2))
+    dispersion = _count_dispersion(times, window)
+    if (len(recent) - expected <= TREND_SIGMAS * math.sqrt(expected * dispersion)
+            or len(recent) - middle <= TREND_SIGMAS * math.sqrt((len(recent) + middle) * dispersion)):
         return 1.0
 
     character = _mean_size(recent) / _mean_size(picture.requests)
@@ -688,8 +747,23 @@ def recent_load(picture: TrafficPicture, seconds: float) -> float:
     return len(recent) / expected
 
 
-# A rise of the window's last minutes' count over its expectation by more than this many of its Poisson noise's
-# standard deviations is a trend, not a draw ...
+def _count_dispersion(times: np.ndarray, window: float, minute: float = 60.0) -> float:
+    """The variance of the window's per-minute arrival counts about their least-squares line over their mean (1 for
+    Poisson arrivals on a steady or ramping rate), at least 1."""
+    bins = int(window // minute)
+    if bins < 4:
+        return 1.0
+    counts = np.histogram(times, bins=window - minute * np.arange(bins, -1, -1))[0].astype(float)
+    if not counts.mean() > 0:
+        return 1.0
+    x = np.arange(bins, dtype=float)
+    slope, intercept = np.polyfit(x, counts, 1)
+    residuals = counts - (intercept + slope * x)
+    return max(1.0, float(residuals @ residuals) / (bins - 2) / float(counts.mean()))
+
+
+# A rise of the window's last minutes' count over its expectation by more than this many of its noise's standard
+# deviations is a trend, not a draw ...
 TREND_SIGMAS = 3.0
 # ... if their mean request is within this factor of the window's (the replay's own regime-shift factor).
 TREND_CHARACTER_FACTOR = 1.33

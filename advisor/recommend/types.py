@@ -61,6 +61,9 @@ class Recommendation:
     # Seconds the traffic had been in its current regime at the replay's end, where it changed character inside the
     # replay's window (None: one regime); the new regime's replay then decides with the window's.
     replay_regime_seconds: float | None = None
+    # The arrival rate of the replay window's last minutes over the window's, where the same traffic came faster (None:
+    # no trend); the window replayed that much heavier then decides with the observed one.
+    replay_trend_load: float | None = None
     step_time_coefficients: dict[str, float] = field(default_factory=dict)  # the cost model fitted to this server
     # The running batch's mean sequence length the server showed and the replay's at the live ratio (metrics-only
     # pictures, whose outputs are paired to it): how faithfully the replay reproduces the server.

@@ -63,6 +63,7 @@ def drifted_status(
             predicted_goodput_gain_ratio=1.07,
             goodput_curve_width_ratio=1.3,
             replay_regime_seconds=540.0,
+            replay_trend_load=1.3,
             token_equiv=4080.0,
             slots_per_request=5,
             recommended_max_mamba_cache_size=None,

@@ -130,7 +130,7 @@ def test_exprs_reference_only_exported_or_sglang_metrics(dashboard):
 
 
 def test_what_if_replay_row_shows_the_replay_metrics(dashboard):
-    """The what-if replay's gain, curve width and the traffic regime's age sit in their own row, one panel each."""
+    """The what-if replay's gain, curve width, the traffic regime's age and its trend sit in their own row, one panel each."""
     rows: dict[str, list[dict]] = {}
     current = None
     for panel in dashboard["panels"]:  # a row holds the panels after it, up to the next row
@@ -141,7 +141,7 @@ def test_what_if_replay_row_shows_the_replay_metrics(dashboard):
     replay = rows["What-if replay"]
     queried = [{name for target in panel["targets"] for name in metric_names(target["expr"])} for panel in replay]
     assert queried == [{"sglang_advisor_predicted_goodput_gain_ratio"}, {"sglang_advisor_goodput_curve_width_ratio"},
-                       {"sglang_advisor_traffic_regime_age_seconds"}]
+                       {"sglang_advisor_traffic_regime_age_seconds"}, {"sglang_advisor_traffic_trend_load_ratio"}]
     assert all(panel["type"] == "timeseries" for panel in replay)
 
 

@@ -429,6 +429,20 @@ def test_a_move_the_operator_applied_as_the_flag_line_rounds_it_is_not_kept_as_a
     assert kept_move(lowered, 0.9) is not None
 
 
+def test_under_a_rising_rate_the_recommendation_says_which_plateaus_it_read_and_exports_the_load():
+    est, now = run([[(8192, 1024)] * 600])
+    points = [(0.9, 1000.0), (1.2, 1200.0), (1.6, 1300.0), (2.4, 1280.0), (4.0, 900.0)]
+    both = replace(_curve(points, 1.6, live=0.9, lower=1.4, upper=2.3, prior=1.7), trend_load=1.42,
+                   window_plateau=(0.7, 3.0), trend_plateau=(1.3, 2.6))
+    rec = _recommend_on(both, est, now)
+    assert (rec.decision, rec.reason_code) == ("raise_ratio", "state_pool_short") and rec.replay_trend_load == 1.42
+    assert any("came 1.42x as fast" in note and "read where both hold" in note for note in rec.notes)
+    apart = replace(both, window_plateau=(0.5, 1.1))
+    assert any("follows the window as observed" in note for note in _recommend_on(apart, est, now).notes)
+    steady = _recommend_on(replace(both, trend_load=None, trend_plateau=None), est, now)
+    assert steady.replay_trend_load is None and not any("rising" in note for note in steady.notes)
+
+
 def test_after_a_regime_shift_the_recommendation_says_which_plateaus_it_read():
     est, now = run([[(8192, 1024)] * 600])
     points = [(0.3, 1300.0), (0.5, 1400.0), (0.9, 1200.0), (1.5, 1000.0), (3.0, 800.0)]

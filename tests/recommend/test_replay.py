@@ -3,6 +3,7 @@
 import math
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from advisor.estimate.traffic import TrafficPicture
@@ -221,14 +222,53 @@ def test_a_rising_rate_is_replayed_as_heavy_as_the_windows_last_minutes_came():
     # as many more, but documents after chat: another traffic (a regime shift), not more of the same
     other = steady + [RequestSpec(1500.0 + t / 1.4, 30000, 500, 1000) for t in range(420)]
     assert recent_load(TrafficPicture(other, 1800.0, "test"), 300.0) == 1.0
+    # a rise over by the window's middle: 0.2/s for 10 minutes (a new server's sessions building up), then 1.2/s
+    early = [RequestSpec(t / 0.2, 100, 10, 100) for t in range(120)] + [RequestSpec(600.0 + t / 1.2, 100, 10, 100)
+                                                                         for t in range(1440)]
+    early_picture = TrafficPicture(early, 1800.0, "test")
+    assert len([r for r in early if r.time >= 1500.0]) > 260 + 3 * 260 ** 0.5  # beyond the window's mean's noise
+    assert recent_load(early_picture, 300.0) == 1.0
+    # turns in runs (a conversation's): 6.7 Poisson deviations up over the last 5 minutes, within 3 of the runs' own
+    rng = np.random.default_rng(7)
+    runs = [RequestSpec(float(start) + 0.01 * i, 100, 10, 100) for start in range(0, 1800, 20)
+            for i in range(int(rng.geometric(1 / (26 if start >= 1500 else 20))))]
+    assert recent_load(TrafficPicture(runs, 1800.0, "test"), 300.0) == 1.0
+    pair_only = ReplaySettings(follow_trend=False)  # the trend's heavier pair alone, no curve of its own
     run_many, runs = _cliff_under_load(1800.0, 1.2)
-    curve = replay_curve(server, picture, prior_ratio=2.0, live_ratio=0.9, run_many=run_many)
-    assert curve is not None and curve.headroom == pytest.approx(expected)
+    curve = replay_curve(server, picture, prior_ratio=2.0, live_ratio=0.9, run_many=run_many, settings=pair_only)
+    assert curve is not None and curve.headroom == pytest.approx(expected) and curve.trend_load is None
     assert [window for window, _ in runs if window < 1800.0] == pytest.approx([1800.0 / expected] * 2)
     run_many, runs = _cliff_under_load(1800.0, 1.2)
     capped = replay_curve(server, picture, prior_ratio=2.0, live_ratio=0.9, run_many=run_many,
-                          settings=ReplaySettings(headroom_max=1.2))
+                          settings=replace(pair_only, headroom_max=1.2))
     assert capped is not None and capped.headroom == pytest.approx(1.2)
+
+
+def test_a_rising_rate_reads_the_advice_where_the_heavier_traffic_holds_too():
+    """The same rise: the window's curve is flat from 0.6 up, the traffic as heavy as its last minutes halves under
+    1.2. The whole curve is replayed on that heavier traffic too, and the advice is read where both hold (above
+    1.2), with the heavier traffic's plateau and load reported; the live 0.9 is off it, and moving gains there.
+    Steady traffic replays the window alone."""
+    server = load_server_config("default")
+    steady = [RequestSpec(float(t), 100, 10, 100) for t in range(1500)]
+    rising = steady + [RequestSpec(1500.0 + t / 1.4, 100, 10, 100) for t in range(420)]
+    picture = TrafficPicture(rising, 1800.0, "test")
+    load = recent_load(picture, 300.0)
+    run_many, runs = _cliff_under_load(1800.0, 1.2)
+    curve = replay_curve(server, picture, prior_ratio=2.0, live_ratio=0.9, run_many=run_many)
+    assert curve is not None and curve.trend_load == pytest.approx(load)
+    ahead = [r for window, r in runs if window < 1800.0]
+    assert all(window == pytest.approx(1800.0 / load) for window, _ in runs if window < 1800.0)
+    assert len(ahead) >= 5 and 0.9 in ahead  # a curve of its own, the live ratio on it
+    assert curve.window_plateau is not None and curve.window_plateau[0] < 0.9 < 1.2
+    assert curve.trend_plateau is not None and curve.trend_plateau[0] >= 1.2 and curve.reads_both_plateaus
+    assert 1.2 <= curve.width_lower <= curve.chosen_ratio and curve.hold_lower > 0.9
+    assert curve.gain == pytest.approx(2.0)  # on the heavier traffic the live ratio halves
+    assert curve.runs == len(runs)
+    run_many, runs = _cliff_under_load(1800.0, 1.2)
+    flat = replay_curve(server, TrafficPicture(steady + [RequestSpec(1500.0 + t, 100, 10, 100) for t in range(300)],
+                                               1800.0, "test"), prior_ratio=2.0, live_ratio=0.9, run_many=run_many)
+    assert flat is not None and flat.trend_load is None and flat.trend_plateau is None
     with pytest.raises(ValueError, match="headroom_max"):
         ReplaySettings(headroom=1.3, headroom_max=1.2)
 
@@ -396,6 +436,39 @@ def _chat_then_documents():
     chat = [RequestSpec(t / 3.0, 1400 + 200 * (t % 2), 300, 4096) for t in range(3600)]
     docs = [RequestSpec(1200.0 + t, 28000 + 4000 * (t % 2), 700, 8192) for t in range(300)]
     return TrafficPicture(chat + docs, 1500.0, "request_log")
+
+
+def _plateau_by_load(window: tuple[float, float], ahead: tuple[float, float], runs: list | None = None):
+    """A stand-in whose plateau is `window` on the 1800 s window and `ahead` on a heavier one (a shorter window)."""
+    from dataclasses import replace as dc_replace
+
+    template = _template()
+
+    def run_many(_server, picture, ratios, _settings):
+        if runs is not None:
+            runs.extend(ratios)
+        lower, upper = ahead if picture.window_seconds < 1800.0 else window
+        return [dc_replace(template, ratio=r, completed_requests=5000, goodput_tokens_per_second=1000.0,
+                           slo_goodput_tokens_per_second=1000.0 * (1.0 if lower <= r <= upper else 0.5))
+                for r in ratios]
+    return run_many
+
+
+def test_where_no_ratio_holds_the_window_and_the_heavier_traffic_the_window_as_observed_decides():
+    """A trend whose heavier traffic is on its plateau only over 3-6 while the window is over 0.3-1.5: the heavier
+    traffic is a forecast, so the window's own curve decides, and both plateaus are reported."""
+    server = load_server_config("default")
+    steady = [RequestSpec(float(t), 100, 10, 100) for t in range(1500)]
+    picture = TrafficPicture(steady + [RequestSpec(1500.0 + t / 1.4, 100, 10, 100) for t in range(420)], 1800.0,
+                             "test")
+    runs: list[float] = []
+    curve = replay_curve(server, picture, prior_ratio=0.7, live_ratio=0.9,
+                         run_many=_plateau_by_load(window=(0.3, 1.5), ahead=(3.0, 6.0), runs=runs))
+    assert curve is not None and curve.trend_load is not None and not curve.reads_both_plateaus
+    assert curve.trend_plateau is not None and curve.trend_plateau[0] >= 3.0
+    assert curve.window_plateau == (curve.width_lower, curve.width_upper)
+    assert 0.3 <= curve.width_lower < curve.chosen_ratio < curve.width_upper <= 1.5
+    assert curve.runs == len(runs)
 
 
 def _plateau_by_traffic(window: tuple[float, float], regime: tuple[float, float], runs: list | None = None):
