@@ -287,24 +287,9 @@ def _recommend(
                 f"request where the server showed {replay.live_context_shown:,.0f}: outputs paired again to the "
                 f"prompts ({replay.live_context_replayed:,.0f})"
             )
-        if replay.regime_seconds is not None and replay.window_plateau and replay.regime_plateau:
-            (window_low, window_high), (regime_low, regime_high) = replay.window_plateau, replay.regime_plateau
-            notes.append(
-                f"the traffic changed character {replay.regime_seconds / 60:.0f} min before the replay's end: the new "
-                f"regime, replayed as if it had filled the window, is on its plateau over r {regime_low:.3g}-"
-                f"{regime_high:.3g}, the whole window over r {window_low:.3g}-{window_high:.3g}; "
-                + ("the advice is read where both hold" if replay.reads_both_plateaus
-                   else "no ratio holds both, and the new regime decides")
-            )
-        if replay.trend_load is not None and replay.window_plateau and replay.trend_plateau:
-            (window_low, window_high), (ahead_low, ahead_high) = replay.window_plateau, replay.trend_plateau
-            notes.append(
-                f"the traffic is rising: the replay window's last minutes came {replay.trend_load:.2f}x as fast as "
-                f"the window; that heavier traffic is on its plateau over r {ahead_low:.3g}-{ahead_high:.3g}, the "
-                f"window as observed over r {window_low:.3g}-{window_high:.3g}; "
-                + ("the advice is read where both hold" if replay.reads_both_plateaus
-                   else "no ratio holds both: the advice follows the window as observed until the heavier traffic comes")
-            )
+        read = _plateaus_read(replay)
+        if read:
+            notes.append(read)
         if replay.flat:
             notes.append(
                 f"replayed goodput is flat within its noise over r {replay.width_lower:.3g}-{replay.width_upper:.3g}: "
@@ -413,6 +398,27 @@ def _recommend(
     rec.flag_line = flag_line(target, pin, mfs)
     rec.notes = notes
     return rec
+
+
+def _plateaus_read(replay: ReplayCurve) -> str | None:
+    """Which two plateaus the advice was read from, after a regime shift or under a trend (None otherwise)."""
+    if replay.window_plateau is None:
+        return None
+    if replay.regime_seconds is not None and replay.regime_plateau is not None:
+        (low, high), whole = replay.regime_plateau, "the whole window"
+        what = (f"the traffic changed character {replay.regime_seconds / 60:.0f} min before the replay's end: the new "
+                "regime, replayed as if it had filled the window,")
+        apart = "no ratio holds both, and the new regime decides"
+    elif replay.trend_load is not None and replay.trend_plateau is not None:
+        (low, high), whole = replay.trend_plateau, "the window as observed"
+        what = (f"the traffic is rising: the replay window's last minutes came {replay.trend_load:.2f}x as fast as "
+                "the window; that heavier traffic")
+        apart = "no ratio holds both: the advice follows the window as observed until the heavier traffic comes"
+    else:
+        return None
+    window_low, window_high = replay.window_plateau
+    return (f"{what} is on its plateau over r {low:.3g}-{high:.3g}, {whole} over r {window_low:.3g}-"
+            f"{window_high:.3g}; " + ("the advice is read where both hold" if replay.reads_both_plateaus else apart))
 
 
 def _gain_bar(replay: ReplayCurve | None, outcomes: PoolOutcomes | None, settings: RecommenderSettings,

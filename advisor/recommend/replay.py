@@ -521,7 +521,7 @@ def trend_curve(whole: ReplayCurve, ahead: ReplayCurve, *, load: float, live_rat
     tokens/s. Where the two plateaus do not overlap, the window's curve as observed: the heavier traffic is a
     forecast (a regime's replay is of traffic that came), and a rate that goes on rising shows in the next replays.
     Both plateaus are reported either way."""
-    marks = {"trend_load": load, "trend_plateau": (ahead.width_lower, ahead.width_upper)}
+    marks: dict[str, Any] = {"trend_load": load, "trend_plateau": (ahead.width_lower, ahead.width_upper)}
     own = _with_window(ahead, whole, **marks)
     if not own.reads_both_plateaus:
         return replace(whole, window_plateau=own.window_plateau, other_runs=whole.other_runs + ahead.runs, **marks)
