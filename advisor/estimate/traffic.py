@@ -285,13 +285,15 @@ def _sample_lengths(rng: np.random.Generator, bounds: Sequence[float], counts: S
         return float(np.dot(weights, _bucket_means(lowers, uppers, exponent)))
 
     low, high = -BUCKET_EXPONENT_LIMIT, BUCKET_EXPONENT_LIMIT
-    if mean > 0 and buckets_mean(low) < mean < buckets_mean(high):
+    if not mean > 0:
+        exponent = -1.0  # no sum: log-uniform
+    elif mean <= buckets_mean(low) or mean >= buckets_mean(high):
+        exponent = low if mean <= buckets_mean(low) else high
+    else:
         for _ in range(BUCKET_EXPONENT_BISECTIONS):
             middle = (low + high) / 2.0
             low, high = (middle, high) if buckets_mean(middle) < mean else (low, middle)
         exponent = (low + high) / 2.0
-    else:
-        exponent = -1.0 if not mean > 0 else low if mean <= buckets_mean(low) else high
     picks = rng.choice(len(counts_array), size=n, p=weights)
     lower, upper, u = lowers[picks], uppers[picks], rng.random(n)
     power = exponent + 1.0
@@ -301,8 +303,8 @@ def _sample_lengths(rng: np.random.Generator, bounds: Sequence[float], counts: S
         ratio = (lower / upper) ** power
         values = upper * (ratio + u * (1.0 - ratio)) ** (1.0 / power)
     expected = buckets_mean(exponent)
-    if mean > 0 and expected > 0 and not math.isclose(expected, mean, rel_tol=1e-3):
-        values = values * (mean / expected)
+    if mean > 0 and expected > 0:
+        values = values * (mean / expected)  # ~1 once bisected; the mean itself where no exponent reaches it
     return np.maximum(1.0, np.round(values))
 
 

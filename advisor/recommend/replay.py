@@ -474,14 +474,14 @@ def replay_curve(
     curve's best, the smaller of the two), so the advice follows the new traffic at once without giving up what
     the window still remembers; where no ratio is on both plateaus, the new regime's curve alone."""
     settings = settings or ReplaySettings()
-    whole, calibrated = _window_curve(server, picture, prior_ratio=prior_ratio, live_ratio=live_ratio,
-                                      settings=settings, run_many=run_many)
+    whole, calibrated, load = _window_curve(server, picture, prior_ratio=prior_ratio, live_ratio=live_ratio,
+                                            settings=settings, run_many=run_many)
     if whole is None:
         return None
     start = (regime_start(calibrated.requests, calibrated.window_seconds, settings.regime)
              if settings.regime is not None else None)
     if start is None:
-        return _followed_trend(server, whole, calibrated, prior_ratio=prior_ratio, live_ratio=live_ratio,
+        return _followed_trend(server, whole, calibrated, load, prior_ratio=prior_ratio, live_ratio=live_ratio,
                                settings=settings, run_many=run_many)
     # The new regime's picture, repeated to the window's length: what the window would have been had the new traffic
     # filled it (a queue or a KV pool that fills over many minutes shows in a replay that long, not in one of the
@@ -490,9 +490,9 @@ def replay_curve(
     recent = replace(tiled(picture_since(calibrated, start), calibrated.window_seconds),
                      live_context=None, live_running=None)
     scale = _mean_size(calibrated.requests) / _mean_size(recent.requests)  # r* goes as 1 / L
-    own, _ = _window_curve(server, recent, prior_ratio=prior_ratio * scale, live_ratio=live_ratio,
-                           settings=settings, run_many=run_many,
-                           also=(whole.width_lower, whole.chosen_ratio, whole.width_upper))
+    own, _, _ = _window_curve(server, recent, prior_ratio=prior_ratio * scale, live_ratio=live_ratio,
+                              settings=settings, run_many=run_many,
+                              also=(whole.width_lower, whole.chosen_ratio, whole.width_upper))
     if own is None:
         return whole
     return regime_curve(whole, own, regime_seconds=calibrated.window_seconds - start, live_ratio=live_ratio,
@@ -573,18 +573,19 @@ def _with_window(other: ReplayCurve, whole: ReplayCurve, **marks: Any) -> Replay
     )
 
 
-def _followed_trend(server: SchedulerServerConfig, whole: ReplayCurve, picture: TrafficPicture, *, prior_ratio: float,
-                    live_ratio: float | None, settings: ReplaySettings, run_many: RunMany) -> ReplayCurve:
-    """`whole`, or where the window's last minutes came faster than its mean (`recent_load`) the `trend_curve` of
-    the window and of its traffic that much heavier (at most `headroom_max`). The heavier traffic is the window's
-    own picture, already checked against the server; it runs no heavier pair of its own."""
-    load = min(settings.headroom_max, recent_load(picture, settings.trend_seconds))
+def _followed_trend(server: SchedulerServerConfig, whole: ReplayCurve, picture: TrafficPicture, recent: float, *,
+                    prior_ratio: float, live_ratio: float | None, settings: ReplaySettings,
+                    run_many: RunMany) -> ReplayCurve:
+    """`whole`, or where the window's last minutes came faster than its mean (`recent`, its `recent_load`) the
+    `trend_curve` of the window and of its traffic that much heavier (at most `headroom_max`). The heavier traffic
+    is the window's own picture, already checked against the server; it runs no heavier pair of its own."""
+    load = min(settings.headroom_max, recent)
     if not settings.follow_trend or not load > 1.0:
         return whole
     ahead_picture = replace(heavier(picture, load), live_context=None, live_running=None)
-    ahead, _ = _window_curve(server, ahead_picture, prior_ratio=prior_ratio, live_ratio=live_ratio,
-                             settings=replace(settings, headroom=1.0, headroom_max=1.0), run_many=run_many,
-                             also=(whole.width_lower, whole.chosen_ratio, whole.width_upper))
+    ahead, _, _ = _window_curve(server, ahead_picture, prior_ratio=prior_ratio, live_ratio=live_ratio,
+                                settings=settings, run_many=run_many, heavier_pair=False,
+                                also=(whole.width_lower, whole.chosen_ratio, whole.width_upper))
     if ahead is None:
         return whole
     return trend_curve(whole, ahead, load=load, live_ratio=live_ratio, settings=settings)
@@ -599,12 +600,15 @@ def _window_curve(
     settings: ReplaySettings,
     run_many: RunMany,
     also: Sequence[float] = (),
-) -> tuple[ReplayCurve | None, TrafficPicture]:
+    heavier_pair: bool = True,
+) -> tuple[ReplayCurve | None, TrafficPicture, float]:
     """`replay_curve` of one picture, with the picture it replayed (its outputs paired again where the replay at
-    the live ratio asked for it). The ratios `also` join the first candidates (a new regime is run where the
-    window's plateau is, so that whether the two overlap is measured, not extrapolated)."""
+    the live ratio asked for it) and its `recent_load` (1.0 without the heavier pair). The ratios `also` join the
+    first candidates (a new regime is run where the window's plateau is, so that whether the two overlap is
+    measured, not extrapolated). Without `heavier_pair` the live and chosen ratios are not run on heavier traffic
+    (the curve is itself of heavier traffic)."""
     if len(picture.requests) < settings.min_requests or not prior_ratio > 0:
-        return None, picture
+        return None, picture, 1.0
     step = settings.span ** (2.0 / (settings.points - 1))
     half = (settings.points - 1) // 2
     ratios = sorted({*(prior_ratio * step ** k for k in range(-half, half + 1)), *(r for r in also if r > 0)})
@@ -671,8 +675,9 @@ def _window_curve(
         return _robust(scores, r, margin)
 
     headroom_gain = None
-    headroom = min(settings.headroom_max, max(settings.headroom, recent_load(picture, settings.trend_seconds)))
-    if (live_ratio is not None and live_ratio > 0 and headroom > 1
+    load = recent_load(picture, settings.trend_seconds) if heavier_pair else 1.0
+    headroom = min(settings.headroom_max, max(settings.headroom, load))
+    if (heavier_pair and live_ratio is not None and live_ratio > 0 and headroom > 1
             and abs(math.log(chosen / live_ratio)) > math.log(settings.min_move)):
         plain = _gain(chosen_goodput, scores[live_ratio])
         robust_plain = _gain(robust(chosen), robust(live_ratio))
@@ -716,7 +721,7 @@ def _window_curve(
         calibration_rounds=calibration.rounds if calibration else 0,
         headroom_gain=headroom_gain, headroom=headroom if headroom_gain is not None else 1.0,
         plateau_tolerance=tolerance_of(best),
-    ), picture
+    ), picture, load
 
 
 def recent_load(picture: TrafficPicture, seconds: float) -> float:
