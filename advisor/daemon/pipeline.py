@@ -584,9 +584,14 @@ class ServerPipeline:
             server = scheduler_server(model, self.boot, fit.cost if fit else step_time.prior, self.server_info)
             if server is None:
                 return self.replay_result
+            # The last replay's draw is averaged in while it is of the same traffic on the same split: not after a
+            # restart with another split, a regime shift's re-replay, or a gap of two intervals.
+            remembered = (self.replay_result if same_live and not shifted and self.replay_time is not None
+                          and now - self.replay_time <= 2 * interval else None)
             try:
                 self.replay_result = replay_curve(server, traffic, prior_ratio=prior, live_ratio=live,
-                                                  run_many=replay_runner(self.config.replay_workers))
+                                                  run_many=replay_runner(self.config.replay_workers),
+                                                  previous=remembered)
             except (ValueError, ZeroDivisionError) as exc:
                 self.ledger.count("internal", f"replay failed: {exc}")
                 return self.replay_result

@@ -268,6 +268,7 @@ def _recommend(
         rec.replay_source = replay.source
         rec.replay_regime_seconds = replay.regime_seconds
         rec.replay_trend_load = replay.trend_load
+        rec.replay_draws = replay.draws
         rec.step_time_coefficients = dict(replay.step_time)
         rec.replay_live_context_shown = replay.live_context_shown
         rec.replay_live_context_replayed = replay.live_context_replayed
@@ -290,6 +291,9 @@ def _recommend(
         read = _plateaus_read(replay)
         if read:
             notes.append(read)
+        if replay.draws > 1:
+            notes.append(f"without request logs the traffic is one draw of what the histograms allow: the curve is "
+                         f"the mean of {replay.draws} replays' draws")
         if replay.flat:
             notes.append(
                 f"replayed goodput is flat within its noise over r {replay.width_lower:.3g}-{replay.width_upper:.3g}: "

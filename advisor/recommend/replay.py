@@ -183,6 +183,10 @@ class ReplayCurve:
     # (the curve's points are that traffic's), and that curve's own plateau.
     trend_load: float | None = None
     trend_plateau: tuple[float, float] | None = None
+    # A metrics-only picture is one draw of the traffic the histograms allow: where `points` are this draw's scores
+    # averaged with the previous replay's (`remembered_curve`), this replay's own, and how many draws `points` hold.
+    draw_points: list[CurvePoint] | None = None
+    draws: int = 1
 
     @property
     def reads_both_plateaus(self) -> bool:
@@ -203,8 +207,8 @@ class ReplayCurve:
     def runs(self) -> int:
         """Runs of the scheduler model the replay took: its curve, the re-pairings, the heavier traffic's two, and
         after a regime shift the whole window's (`other_runs`)."""
-        return (len(self.points) + self.calibration_rounds + (2 if self.headroom_gain is not None else 0)
-                + self.other_runs)
+        own = self.draw_points if self.draw_points is not None else self.points
+        return len(own) + self.calibration_rounds + (2 if self.headroom_gain is not None else 0) + self.other_runs
 
     @property
     def gain(self) -> float | None:
@@ -236,6 +240,8 @@ class ReplayCurve:
         known = {f.name for f in fields(cls)}
         values = {name: value for name, value in saved.items() if name in known}
         points = [CurvePoint(**point) for point in values.pop("points")]
+        if values.get("draw_points") is not None:
+            values["draw_points"] = [CurvePoint(**point) for point in values["draw_points"]]
         for name in ("window_plateau", "regime_plateau", "trend_plateau"):
             if values.get(name) is not None:
                 low, high = values[name]
@@ -464,10 +470,12 @@ def replay_curve(
     live_ratio: float | None,
     settings: ReplaySettings | None = None,
     run_many: RunMany = run_ratios,
+    previous: ReplayCurve | None = None,
 ) -> ReplayCurve | None:
     """The goodput curve of the observed traffic over candidate ratios and the ratio it picks; None when the
     picture is too thin to replay. `run_many` runs a batch of candidates (the grid and the live ratio, then the
-    refinement), in this process by default.
+    refinement), in this process by default. `previous` is the last replay of the same server and traffic, whose
+    draw a metrics-only picture's curve is averaged with (`remembered_curve`).
 
     Where the traffic changed character inside the window (`regime_start`), the new regime is replayed on its own
     too, and decides: the ratio is read where both curves are on their plateaus (each score as a share of its
@@ -481,8 +489,9 @@ def replay_curve(
     start = (regime_start(calibrated.requests, calibrated.window_seconds, settings.regime)
              if settings.regime is not None else None)
     if start is None:
-        return _followed_trend(server, whole, calibrated, load, prior_ratio=prior_ratio, live_ratio=live_ratio,
-                               settings=settings, run_many=run_many)
+        followed = _followed_trend(server, whole, calibrated, load, prior_ratio=prior_ratio, live_ratio=live_ratio,
+                                   settings=settings, run_many=run_many)
+        return remembered_curve(followed, previous, live_ratio=live_ratio, settings=settings)
     # The new regime's picture, repeated to the window's length: what the window would have been had the new traffic
     # filled it (a queue or a KV pool that fills over many minutes shows in a replay that long, not in one of the
     # regime's first minutes from empty). The server's running batch over the window says nothing of its part, so
@@ -540,13 +549,22 @@ def _read_both(own: ReplayCurve, whole: ReplayCurve, *, live_ratio: float | None
         return own
     scores = {p.ratio: own_best * min(p.goodput / own_best, whole.goodput_at(p.ratio) / whole_best)
               for p in own.points}
-    tolerance = max(own.plateau_tolerance, whole.plateau_tolerance)
+    return _reread(own, [replace(p, goodput=scores[p.ratio]) for p in own.points],
+                   tolerance=max(own.plateau_tolerance, whole.plateau_tolerance), live_ratio=live_ratio,
+                   settings=settings, headroom_gain=None, headroom=1.0,
+                   other_runs=own.other_runs + (2 if own.headroom_gain is not None else 0))
+
+
+def _reread(curve: ReplayCurve, points: list[CurvePoint], *, tolerance: float, live_ratio: float | None,
+            settings: ReplaySettings, **changes: Any) -> ReplayCurve:
+    """`curve` with other scores (`points`, by ratio): its plateau, choice, hold band and the scores read from them
+    read again, within `tolerance`, and `changes`."""
+    scores = {p.ratio: p.goodput for p in points}
     best, plateau = _plateau(scores, lambda _: tolerance)
     chosen, hold_lower, hold_upper = _reading(plateau, settings)
     live = live_ratio if live_ratio is not None and live_ratio > 0 else None
     return replace(
-        own,
-        points=[replace(p, goodput=scores[p.ratio]) for p in own.points],
+        curve, points=points,
         chosen_ratio=chosen, best_ratio=best, width_lower=plateau[0], width_upper=plateau[-1], flat=len(plateau) > 1,
         live_goodput=_interpolated(scores, live) if live is not None else None,
         chosen_goodput=_interpolated(scores, chosen), hold_lower=hold_lower, hold_upper=hold_upper,
@@ -554,9 +572,67 @@ def _read_both(own: ReplayCurve, whole: ReplayCurve, *, live_ratio: float | None
         chosen_robust_goodput=_robust(scores, chosen, settings.cliff_margin),
         live_keep_robust_goodput=_robust(scores, live, settings.cliff_keep_margin) if live is not None else None,
         chosen_keep_robust_goodput=_robust(scores, chosen, settings.cliff_keep_margin),
-        headroom_gain=None, headroom=1.0, plateau_tolerance=tolerance,
-        other_runs=own.other_runs + (2 if own.headroom_gain is not None else 0),
+        plateau_tolerance=tolerance, **changes,
     )
+
+
+def _headroom_band(hold_lower: float, hold_upper: float, *, live_ratio: float | None, chosen: float,
+                   headroom_gain: float | None, tolerance: float) -> tuple[float, float]:
+    """The hold band, its live ratio's side cut to halfway (in log r) to the chosen ratio where the chosen ratio
+    beat the live one on the heavier traffic beyond `tolerance`: the live ratio only just serves this draw, it is
+    off the plateau the traffic, not the draw, has."""
+    if headroom_gain is None or live_ratio is None or not live_ratio > 0 or not headroom_gain > 1.0 + tolerance:
+        return hold_lower, hold_upper
+    if live_ratio < chosen:
+        return max(hold_lower, math.sqrt(live_ratio * chosen)), hold_upper
+    return hold_lower, min(hold_upper, math.sqrt(live_ratio * chosen))
+
+
+def _one_draw(curve: ReplayCurve) -> bool:
+    """A plain replay of a metrics-only picture: the window's own curve (no regime, no trend read into it)."""
+    return curve.source == "metrics" and curve.regime_seconds is None and curve.trend_load is None
+
+
+def remembered_curve(current: ReplayCurve, previous: ReplayCurve | None, *, live_ratio: float | None,
+                     settings: ReplaySettings) -> ReplayCurve:
+    """`current` read again from its scores averaged with the `previous` replay's, where both are plain replays of a
+    metrics-only picture (`_one_draw`) on the same metric; else `current` itself.
+
+    Such a picture is one draw of the traffic the histograms allow (arrival times inside each scrape interval, lengths
+    inside each bucket), and a sharp optimum's peak moves from one draw to the next by more than the optimum's own
+    width; the mean of two draws moves less, where each replay is still of the window as it now is. A request-log
+    picture is the requests themselves: there is no draw to average, and the previous window is only older traffic.
+
+    Each ratio's score is the mean of the two curves' shares of their own best (the previous curve's interpolated
+    where it ran around that ratio, else the current's alone), in the current's tokens/s, on the current's ratios
+    and the previous ones inside their range (those points keep the previous replay's other figures)."""
+    if previous is None or not (_one_draw(current) and _one_draw(previous)) or current.metric != previous.metric:
+        return current
+    own = current.points
+    before = previous.draw_points if previous.draw_points is not None else previous.points
+    own_best = max(p.goodput for p in own)
+    before_best = max(p.goodput for p in before)
+    if not own_best > 0 or not before_best > 0:
+        return current
+    own_shares = {p.ratio: p.goodput / own_best for p in own}
+    before_shares = {p.ratio: p.goodput / before_best for p in before}
+    low, high = min(own_shares), max(own_shares)
+    before_low, before_high = min(before_shares), max(before_shares)
+
+    def mean_score(ratio: float) -> float:
+        shares = [_interpolated(own_shares, ratio)]
+        if before_low <= ratio <= before_high:
+            shares.append(_interpolated(before_shares, ratio))
+        return own_best * sum(shares) / len(shares)
+
+    points = [*own, *(p for p in before if low <= p.ratio <= high and p.ratio not in own_shares)]
+    points = sorted((replace(p, goodput=mean_score(p.ratio)) for p in points), key=lambda p: p.ratio)
+    curve = _reread(current, points, tolerance=current.plateau_tolerance, live_ratio=live_ratio, settings=settings,
+                    draw_points=own, draws=2)
+    hold_lower, hold_upper = _headroom_band(curve.hold_lower, curve.hold_upper, live_ratio=live_ratio,
+                                            chosen=curve.chosen_ratio, headroom_gain=current.headroom_gain,
+                                            tolerance=current.plateau_tolerance)
+    return replace(curve, hold_lower=hold_lower, hold_upper=hold_upper)
 
 
 def _with_window(other: ReplayCurve, whole: ReplayCurve, **marks: Any) -> ReplayCurve:
@@ -684,12 +760,8 @@ def _window_curve(
         if max(g or 0.0 for g in (plain, robust_plain)) < settings.headroom_below_gain:
             at_live, at_chosen = run_many(server, heavier(picture, headroom), [live_ratio, chosen], settings)
             headroom_gain = _gain(_score(at_chosen, overloaded), _score(at_live, overloaded))
-            if headroom_gain is not None and headroom_gain > 1.0 + tolerance_of(best):
-                # The live ratio only just serves this draw: it is off the plateau the traffic, not the draw, has.
-                if live_ratio < chosen:
-                    hold_lower = max(hold_lower, math.sqrt(live_ratio * chosen))
-                else:
-                    hold_upper = min(hold_upper, math.sqrt(live_ratio * chosen))
+            hold_lower, hold_upper = _headroom_band(hold_lower, hold_upper, live_ratio=live_ratio, chosen=chosen,
+                                                    headroom_gain=headroom_gain, tolerance=tolerance_of(best))
 
     points = [
         CurvePoint(

@@ -64,6 +64,8 @@ class Recommendation:
     # The arrival rate of the replay window's last minutes over the window's, where the same traffic came faster (None:
     # no trend); the window replayed that much heavier then decides with the observed one.
     replay_trend_load: float | None = None
+    # How many replays' draws of a metrics-only picture the curve averages (the last one's and this one's: 2; else 1).
+    replay_draws: int | None = None
     step_time_coefficients: dict[str, float] = field(default_factory=dict)  # the cost model fitted to this server
     # The running batch's mean sequence length the server showed and the replay's at the live ratio (metrics-only
     # pictures, whose outputs are paired to it): how faithfully the replay reproduces the server.

@@ -42,6 +42,8 @@ def test_the_daemon_replays_the_observed_traffic(tmp_path, request_logs):
         assert rec.decision == "raise_ratio", rec.reason
         assert rec.predicted_goodput_gain_ratio is not None and rec.predicted_goodput_gain_ratio > 1.03
         assert rec.ratio_lower <= rec.ratio <= rec.ratio_upper
+        # the second replay (at 600 s) of a metrics-only picture is read with the first one's draw
+        assert rec.replay_draws == (1 if request_logs else 2)
         if not request_logs:
             # the prefill lines followed from the log place each prompt at its admission (fcfs: in arrival
             # order): as many requests as the metrics counted, of the lengths the server was sent

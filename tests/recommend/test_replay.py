@@ -14,6 +14,7 @@ from advisor.recommend.replay import (
     _run,
     calibrated_picture,
     recent_load,
+    remembered_curve,
     replay_curve,
 )
 from advisor.scheduler.engine import simulate
@@ -526,3 +527,82 @@ def test_without_regime_settings_the_window_alone_is_replayed():
                          run_many=_plateau_by_traffic(window=(0.3, 3.0), regime=(0.1, 0.5)))
     assert curve is not None and curve.regime_seconds is None
     assert 0.3 <= curve.width_lower < 0.5 and 2.0 < curve.width_upper <= 3.0
+
+
+def _draw_peaking_at(peak: float, *, source: str = "metrics", ratios=(1.0, 1.4, 1.7, 2.0, 2.4, 3.4), **fields):
+    """A replay's curve whose score falls as the square of log(r / peak) (read as the replay reads it: the best ratio
+    run, alone on its plateau)."""
+    point = CurvePoint(ratio=1.0, goodput=0.0, slo_goodput=0.0, raw_goodput=0.0, max_running_requests=64,
+                       kv_capacity_tokens=500_000, state_bound_fraction=0.0, kv_bound_fraction=0.0,
+                       retracted_requests=0, queue_time_p90=1.0)
+    points = [replace(point, ratio=r, goodput=1000.0 * (1.0 - math.log(r / peak) ** 2)) for r in ratios]
+    best = max(points, key=lambda p: p.goodput).ratio
+    return ReplayCurve(points=points, chosen_ratio=best, best_ratio=best, prior_ratio=1.7, width_lower=best,
+                       width_upper=best, flat=False, metric="goodput_score", requests=2000, window_seconds=1800.0,
+                       source=source, live_goodput=None, chosen_goodput=1000.0, step_time={}, hold_lower=best / 1.1,
+                       hold_upper=best * 1.1, live_robust_goodput=None, chosen_robust_goodput=None, **fields)
+
+
+def test_a_metrics_only_draw_is_read_with_the_last_replays_draw():
+    """Two draws of one metrics-only window peak at 1.4 and 2.4 (a sharp optimum moves with the draw): the advice
+    is read off their mean, whose peak is between them, on both draws' ratios; the draw's own points are kept (the
+    next replay averages with them, not with this mean), and its runs are its own."""
+    current = _draw_peaking_at(1.4, ratios=(1.0, 1.4, 2.0, 2.4, 3.4))
+    previous = _draw_peaking_at(2.4, ratios=(1.0, 1.7, 2.4, 3.4))
+    curve = remembered_curve(current, previous, live_ratio=0.9, settings=ReplaySettings())
+    assert curve.draws == 2 and curve.draw_points == current.points
+    assert [p.ratio for p in curve.points] == [1.0, 1.4, 1.7, 2.0, 2.4, 3.4]
+    # each ratio's score is the mean of the two shares: 1.7 was run by the previous draw only, 2.0 by this one only
+    share_at = {r: 1.0 - math.log(r / 1.4) ** 2 for r in (1.7, 2.0)}
+    before_at = {r: 1.0 - math.log(r / 2.4) ** 2 for r in (1.7, 2.0)}
+    interpolated = {1.7: np.interp(math.log(1.7), [math.log(1.4), math.log(2.0)], [1.0, share_at[2.0]]),
+                    2.0: np.interp(math.log(2.0), [math.log(1.7), math.log(2.4)], [before_at[1.7], 1.0])}
+    assert curve.goodput_at(1.7) == pytest.approx(1000.0 * (interpolated[1.7] + before_at[1.7]) / 2)
+    assert curve.goodput_at(2.0) == pytest.approx(1000.0 * (share_at[2.0] + interpolated[2.0]) / 2)
+    assert current.chosen_ratio == 1.4 and 1.7 <= curve.chosen_ratio <= 2.0
+    assert curve.live_goodput == pytest.approx(curve.goodput_at(0.9))
+    assert curve.runs == current.runs == 5
+    # the next replay averages its draw with this one's own, not with the mean
+    again = remembered_curve(_draw_peaking_at(1.4, ratios=(1.0, 1.4, 2.0, 2.4, 3.4)), curve, live_ratio=0.9,
+                             settings=ReplaySettings())
+    assert again.chosen_ratio == pytest.approx(1.4)
+
+
+def test_only_plain_metrics_only_draws_are_averaged():
+    """A request-log picture is the requests themselves (the last window is older traffic, no other draw); a curve
+    read after a regime shift or under a trend is of other traffic than the last replay's; another metric is
+    another score: each stands as it is."""
+    previous = _draw_peaking_at(2.4)
+    for current in (_draw_peaking_at(1.4, source="request_log"), _draw_peaking_at(1.4, regime_seconds=600.0),
+                    _draw_peaking_at(1.4, trend_load=1.3), replace(_draw_peaking_at(1.4), metric="raw_goodput")):
+        assert remembered_curve(current, previous, live_ratio=0.9, settings=ReplaySettings()) is current
+    assert remembered_curve(_draw_peaking_at(1.4), None, live_ratio=0.9, settings=ReplaySettings()).draws == 1
+    assert remembered_curve(_draw_peaking_at(1.4), _draw_peaking_at(2.4, regime_seconds=600.0), live_ratio=0.9,
+                            settings=ReplaySettings()).chosen_ratio == pytest.approx(1.4)
+
+
+def test_a_remembered_curve_survives_the_checkpoint_with_its_own_draw():
+    import json
+
+    curve = remembered_curve(_draw_peaking_at(1.4), _draw_peaking_at(2.4), live_ratio=0.9, settings=ReplaySettings())
+    assert curve.draw_points is not None
+    assert ReplayCurve.from_dict(json.loads(json.dumps(curve.to_dict()))) == curve
+
+
+def test_the_replay_averages_a_metrics_only_picture_with_the_previous_draw():
+    """Through `replay_curve`: the previous replay's draw, peaking elsewhere, moves the advice off this draw's peak."""
+    server = load_server_config("default")
+    picture = TrafficPicture([RequestSpec(float(t), 100, 10, 100) for t in range(200)], 200.0, "metrics")
+    template = _template()
+
+    def peaked(_server, _picture, ratios, _settings):
+        return [replace(template, ratio=r, completed_requests=5000, goodput_tokens_per_second=1000.0,
+                        slo_goodput_tokens_per_second=1000.0 * (1.0 - math.log(r / 1.4) ** 2))
+                for r in ratios]
+    alone = replay_curve(server, picture, prior_ratio=1.7, live_ratio=None, run_many=peaked)
+    assert alone is not None and alone.draws == 1 and alone.chosen_ratio < 1.5
+    curve = replay_curve(server, picture, prior_ratio=1.7, live_ratio=None, run_many=peaked,
+                         previous=_draw_peaking_at(2.4, ratios=(0.8, 1.2, 1.7, 2.4, 3.4)))
+    assert curve is not None and curve.draws == 2
+    assert curve.chosen_ratio > alone.chosen_ratio
+    assert curve.draw_points == alone.points
