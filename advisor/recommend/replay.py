@@ -435,16 +435,29 @@ def _open_ends(tried: list[float], plateau: list[float], half_step: float) -> li
     return probes
 
 
+# A dip between two stretches within the tolerance of the best is noise while it stays within this many tolerances.
+PLATEAU_DIP_TOLERANCES = 2.0
+
+
 def _plateau(scores: dict[float, float], tolerance_of: Callable[[float], float]) -> tuple[float, list[float]]:
-    """(the best ratio, the contiguous run of ratios around it scoring within `tolerance_of(best)` of it)."""
+    """(the best ratio, the contiguous run of ratios around it scoring within `tolerance_of(best)` of it, across dips
+    of no more than PLATEAU_DIP_TOLERANCES tolerances between ratios that do). A thin window's curve wobbles by more
+    than its tolerance: one of 141 requests scored 1.0 at r 0.094, 0.97 at 0.12-0.16 and 1.0 again at 0.28, and
+    the plateau read as 0.08-0.11 alone turned the advice from a lowered ratio to a pin and back."""
     candidates = sorted(scores)
     best = max(candidates, key=lambda r: scores[r])
-    floor = scores[best] * (1.0 - tolerance_of(best))
+    tolerance = tolerance_of(best)
+    floor = scores[best] * (1.0 - tolerance)
+    dip_floor = scores[best] * (1.0 - PLATEAU_DIP_TOLERANCES * tolerance)
     low = high = candidates.index(best)
-    while low > 0 and scores[candidates[low - 1]] >= floor:
+    while low > 0 and scores[candidates[low - 1]] >= dip_floor:
         low -= 1
-    while high < len(candidates) - 1 and scores[candidates[high + 1]] >= floor:
+    while high < len(candidates) - 1 and scores[candidates[high + 1]] >= dip_floor:
         high += 1
+    while scores[candidates[low]] < floor:  # the run's ends are within the tolerance itself
+        low += 1
+    while scores[candidates[high]] < floor:
+        high -= 1
     return best, candidates[low:high + 1]
 
 

@@ -606,3 +606,28 @@ def test_the_replay_averages_a_metrics_only_picture_with_the_previous_draw():
     assert curve is not None and curve.draws == 2
     assert curve.chosen_ratio > alone.chosen_ratio
     assert curve.draw_points == alone.points
+
+
+@pytest.mark.parametrize(("dip", "bridged"), [(0.016, True), (0.04, False)])
+def test_a_dip_within_twice_the_noise_between_two_best_stretches_is_part_of_the_plateau(dip, bridged):
+    """The curve is best over 0.5-0.8 and over 1.6-2.5 with a dip between: a dip of 1.2% of the score (the SLO part
+    is three in four) is within twice the 0.75% tolerance, noise in a thin window, and the plateau runs over both
+    stretches; one of 3% is a real fall, and the plateau is the stretch the best was first found in."""
+    server = load_server_config("default")
+    picture = TrafficPicture([RequestSpec(float(t), 100, 10, 100) for t in range(200)], 200.0, "test")
+    template = _template()
+
+    def two_stretches(_server, _picture, ratios, _settings):
+        def share(r):
+            if 0.5 <= r <= 0.8 or 1.6 <= r <= 2.5:
+                return 1.0
+            return 1.0 - dip if 0.8 < r < 1.6 else 0.5
+        return [replace(template, ratio=r, completed_requests=5000, goodput_tokens_per_second=1000.0,
+                        slo_goodput_tokens_per_second=1000.0 * share(r)) for r in ratios]
+    curve = replay_curve(server, picture, prior_ratio=1.2, live_ratio=None, run_many=two_stretches)
+    assert curve is not None and curve.plateau_tolerance == pytest.approx(0.0075)
+    if bridged:
+        assert 0.5 <= curve.width_lower <= 0.8 and 1.6 <= curve.width_upper <= 2.5
+        assert 0.8 < curve.chosen_ratio < 1.6
+    else:
+        assert 0.5 <= curve.width_lower < curve.width_upper <= 0.8
