@@ -80,6 +80,13 @@ def state_for_split(split: PoolSplit, context_length: float, dcp_size: int) -> t
     return kv_requests, binding_pool(split.max_running_requests, kv_requests)
 
 
+# A ratio under PIN_RATIO_THRESHOLD is fragile where its budget holds fewer than this many requests' worth of state
+# slots: one request's worth more or less then moves the clamp by over 6%. At r 0.15 the seed's models hold 7-14 (a
+# slot is 3,100-4,100 KV tokens); a model whose slot is ~800 tokens (a dense Mamba2 hybrid on TP2) holds 49 at r
+# 0.10, not fragile at all.
+PIN_FRAGILE_REQUESTS = 16
+
+
 @dataclass(frozen=True)
 class PinChoice:
     """Pin the state pool (`--max-mamba-cache-size`) instead of setting a ratio, and why."""
@@ -97,8 +104,9 @@ def pin_choice(
     pin_context_length: float,
     ratio_threshold: float = PIN_RATIO_THRESHOLD,
 ) -> PinChoice | None:
-    """The one pin rule (seed, "when to pin"): pin when r is below PIN_RATIO_THRESHOLD (a ratio that small is
-    fragile: one slot more or less moves the clamp by a large share), under DCP (the balance point sits beyond
+    """The one pin rule (seed, "when to pin"): pin when r is below PIN_RATIO_THRESHOLD and its state budget holds
+    fewer than PIN_FRAGILE_REQUESTS requests' worth of slots (a ratio that small is fragile: one request's worth
+    more or less moves the clamp by a large share), under DCP (the balance point sits beyond
     realistic L), or when the ratio's state budget would hold fewer than two requests' worth of slots. The pin
     admits the balanced concurrency at `pin_context_length` (the online recommender passes its biased L, and
     `ratio_threshold` moved off PIN_RATIO_THRESHOLD for its hysteresis)."""
@@ -108,7 +116,7 @@ def pin_choice(
     why = None
     if config.dcp_size > 1:
         why = "dcp"
-    elif ratio < ratio_threshold:
+    elif ratio < ratio_threshold and state_budget < (slots + draft) * constants.state_bytes_per_slot * PIN_FRAGILE_REQUESTS:
         why = "fragile_ratio"
     elif state_budget < (slots + draft) * constants.state_bytes_per_slot * 2:
         why = "thin_state_budget"

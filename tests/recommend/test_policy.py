@@ -117,6 +117,17 @@ def test_the_fragile_ratio_pin_keeps_what_was_advised_while_the_ratio_wanders_ne
     assert (choice.why if choice else None) == why
 
 
+def test_a_small_ratio_is_not_fragile_where_its_state_budget_holds_many_requests():
+    """The held-out dense Mamba2 hybrid on TP2: a slot is ~800 KV tokens (12.5 MiB against 16 KiB a token), so r 0.10
+    holds ~49 requests' worth of slots (3 a request), and one request's worth is 2% of its clamp: the ratio is set,
+    not pinned. The suite's models hold ~10 at r 0.10 (a slot of ~4,000 tokens) and pin."""
+    small_slots = ByteConstants(6.25 * GIB / 512, 8.0 * GIB / 524288)
+    no_buffer = ServingConfig(tp_size=2, strategy="no_buffer")
+    assert pin_choice(0.10, no_buffer, small_slots, 20.0 * GIB, 9216) is None
+    assert pin_choice(0.02, no_buffer, small_slots, 20.0 * GIB, 9216).why == "fragile_ratio"  # ~10 requests' worth
+    assert pin_choice(0.10, ServingConfig(), CONSTANTS, REST, 9216).why == "fragile_ratio"
+
+
 def test_pin_rule_thin_state_budget():
     huge_slots = ByteConstants(REST / 20, CONSTANTS.kv_bytes_per_token)  # 20 slots in the whole budget
     choice = pin_choice(0.5, ServingConfig(), huge_slots, REST, 9216)
