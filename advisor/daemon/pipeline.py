@@ -84,6 +84,11 @@ class ErrorLedger:
 # and at least this share of the interval has passed.
 REPLAY_SHIFT_FACTOR = 1.33
 REPLAY_SHIFT_MIN_SHARE = 0.25
+# A metrics-only replay is averaged with the last one's draw (`remembered_curve`) where the last one's window held at
+# least this share of the current window: two draws of the same traffic. A server's first replays span its first
+# minutes, which may be unlike the traffic since: on one GPU, agentic sessions' first 10 minutes peaked at r 1.03-1.18
+# and the next 15 at 0.78-0.90, and their mean advised a raise the next replay dropped.
+REMEMBERED_WINDOW_SHARE = 0.75
 
 
 @dataclass
@@ -585,9 +590,12 @@ class ServerPipeline:
             if server is None:
                 return self.replay_result
             # The last replay's draw is averaged in while it is of the same traffic on the same split: not after a
-            # restart with another split, a regime shift's re-replay, or a gap of two intervals.
+            # restart with another split, a regime shift's re-replay or a gap of two intervals, nor where its window
+            # held under REMEMBERED_WINDOW_SHARE of this one.
             remembered = (self.replay_result if same_live and not shifted and self.replay_time is not None
-                          and now - self.replay_time <= 2 * interval else None)
+                          and now - self.replay_time <= 2 * interval
+                          and _shared_window(self.replay_result.window_seconds, now - self.replay_time,
+                                             traffic.window_seconds) >= REMEMBERED_WINDOW_SHARE else None)
             try:
                 self.replay_result = replay_curve(server, traffic, prior_ratio=prior, live_ratio=live,
                                                   run_many=replay_runner(self.config.replay_workers),
@@ -614,3 +622,10 @@ class ServerPipeline:
 
     def close(self) -> None:
         self.source.close()
+
+
+def _shared_window(previous_seconds: float, previous_age: float, window_seconds: float) -> float:
+    """The share of a window (ending now) that a window `previous_age` seconds older and `previous_seconds` long held."""
+    if not window_seconds > 0:
+        return 0.0
+    return max(0.0, min(previous_seconds, window_seconds - previous_age)) / window_seconds

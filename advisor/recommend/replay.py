@@ -7,7 +7,8 @@ goodput (output tokens/s served), one in four: a state-bound split pays for the 
 its retractions and requeues, and near capacity, where the SLO figure flips with the realisation of the arrivals,
 the raw part keeps the score steady. Where the curve is flat within the replay's noise, the choice is the
 plateau's geometric middle: the ratio furthest, in log r, from where the curve was seen to fall on either side
-(or from the ends of what was tried), never the plateau's lowest or highest ratio. A plateau end with nothing
+(or from the ends of what was tried), never the plateau's lowest or highest ratio; a dip of up to twice the noise
+between two stretches on the plateau is noise too. A plateau end with nothing
 tried within half a step outside it is probed half a step further first, so that the middle is not that of a
 grid centred on a prior far off the plateau. The candidates are centred on the prior r*, so a curve flat over
 all of them returns r* itself. The live ratio's worst score within the cliff margins is measured too, never
@@ -25,7 +26,8 @@ Where the traffic changed character inside the window (`advisor.estimate.regime`
 its own too, repeated to the window's length, and the ratio read where both curves are on their plateaus
 (`regime_curve`). Where the same traffic comes faster and faster (a morning's ramp: `recent_load`), the window is
 replayed again as heavy as its last minutes came, and the ratio read where both hold (`trend_curve`): the traffic
-to come is heavier than the window's mean.
+to come is heavier than the window's mean. A metrics-only picture is one draw of what its histograms allow, and its
+curve is read off the mean of this replay's draw and the last one's (`remembered_curve`).
 """
 
 from __future__ import annotations

@@ -27,9 +27,13 @@ def test_the_daemon_replays_the_observed_traffic(tmp_path, request_logs):
     server.start()
     server_start = clock.time()
     try:
-        advisor = make_advisor(server.url, log_path, tmp_path, clock)
-        status = cycles(advisor, server, clock, 24)
-        rec = status.recommendation
+        # a replay every 150 s: windows of 300, 450 and 600 s by the 20th cycle
+        advisor = make_advisor(server.url, log_path, tmp_path, clock, replay_interval_seconds=150.0)
+        replays = []  # (window, draws) of each replay, as the cycles showed them
+        for _ in range(24):
+            rec = cycles(advisor, server, clock, 1).recommendation
+            if rec.replay_window_seconds is not None and (not replays or replays[-1][0] != rec.replay_window_seconds):
+                replays.append((rec.replay_window_seconds, rec.replay_draws))
         assert rec.replay_source == ("request_log" if request_logs else "metrics")
         assert rec.replay_requests is not None and rec.replay_requests > 100
         assert len(rec.goodput_curve) >= 7  # five candidates, two refining points, the live ratio
@@ -42,8 +46,9 @@ def test_the_daemon_replays_the_observed_traffic(tmp_path, request_logs):
         assert rec.decision == "raise_ratio", rec.reason
         assert rec.predicted_goodput_gain_ratio is not None and rec.predicted_goodput_gain_ratio > 1.03
         assert rec.ratio_lower <= rec.ratio <= rec.ratio_upper
-        # the second replay (at 600 s) of a metrics-only picture is read with the first one's draw
-        assert rec.replay_draws == (1 if request_logs else 2)
+        # a metrics-only replay is read with the last one's draw where that one's window held three quarters of its
+        # own: the third (600 s against 450), not the second (450 against 300)
+        assert [draws for _, draws in replays] == ([1, 1, 1] if request_logs else [1, 1, 2]), replays
         if not request_logs:
             # the prefill lines followed from the log place each prompt at its admission (fcfs: in arrival
             # order): as many requests as the metrics counted, of the lengths the server was sent
