@@ -592,9 +592,10 @@ class ServerPipeline:
             # The last replay's draw is averaged in while it is of the same traffic on the same split: not after a
             # restart with another split, a regime shift's re-replay or a gap of two intervals, nor where its window
             # held under REMEMBERED_WINDOW_SHARE of this one.
-            remembered = (self.replay_result if same_live and not shifted and self.replay_time is not None
+            last = self.replay_result
+            remembered = (last if last is not None and same_live and not shifted and self.replay_time is not None
                           and now - self.replay_time <= 2 * interval
-                          and _shared_window(self.replay_result.window_seconds, now - self.replay_time,
+                          and _shared_window(last.window_seconds, now - self.replay_time,
                                              traffic.window_seconds) >= REMEMBERED_WINDOW_SHARE else None)
             try:
                 self.replay_result = replay_curve(server, traffic, prior_ratio=prior, live_ratio=live,
