@@ -207,8 +207,8 @@ class ReplayCurve:
 
     @property
     def runs(self) -> int:
-        """Runs of the scheduler model the replay took: its curve, the re-pairings, the heavier traffic's two, and
-        after a regime shift the whole window's (`other_runs`)."""
+        """Runs of the scheduler model the replay took: its curve (this draw's points, where `points` average two), the
+        re-pairings, the heavier traffic's two, and after a regime shift the whole window's (`other_runs`)."""
         own = self.draw_points if self.draw_points is not None else self.points
         return len(own) + self.calibration_rounds + (2 if self.headroom_gain is not None else 0) + self.other_runs
 
