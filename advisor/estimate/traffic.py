@@ -287,8 +287,10 @@ def _sample_lengths(rng: np.random.Generator, bounds: Sequence[float], counts: S
     low, high = -BUCKET_EXPONENT_LIMIT, BUCKET_EXPONENT_LIMIT
     if not mean > 0:
         exponent = -1.0  # no sum: log-uniform
-    elif mean <= buckets_mean(low) or mean >= buckets_mean(high):
-        exponent = low if mean <= buckets_mean(low) else high
+    elif mean <= buckets_mean(low):
+        exponent = low
+    elif mean >= buckets_mean(high):
+        exponent = high
     else:
         for _ in range(BUCKET_EXPONENT_BISECTIONS):
             middle = (low + high) / 2.0

@@ -113,12 +113,13 @@ def pin_choice(
     slots = slots_per_request(config)
     draft = effective_draft_tokens(config)
     state_budget = rest_bytes * ratio / (1 + ratio)
+    request_state_bytes = (slots + draft) * constants.state_bytes_per_slot  # one request's worth of slots
     why = None
     if config.dcp_size > 1:
         why = "dcp"
-    elif ratio < ratio_threshold and state_budget < (slots + draft) * constants.state_bytes_per_slot * PIN_FRAGILE_REQUESTS:
+    elif ratio < ratio_threshold and state_budget < request_state_bytes * PIN_FRAGILE_REQUESTS:
         why = "fragile_ratio"
-    elif state_budget < (slots + draft) * constants.state_bytes_per_slot * 2:
+    elif state_budget < request_state_bytes * 2:
         why = "thin_state_budget"
     if why is None:
         return None

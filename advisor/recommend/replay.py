@@ -572,11 +572,15 @@ def _read_both(own: ReplayCurve, whole: ReplayCurve, *, live_ratio: float | None
 
 def _reread(curve: ReplayCurve, points: list[CurvePoint], *, tolerance: float, live_ratio: float | None,
             settings: ReplaySettings, **changes: Any) -> ReplayCurve:
-    """`curve` with other scores (`points`, by ratio): its plateau, choice, hold band and the scores read from them
-    read again, within `tolerance`, and `changes`."""
+    """`curve` with other scores (`points`, by ratio): its plateau, choice, hold band (cut where its heavier-traffic
+    check found the live ratio only just serving, `_headroom_band`) and the scores read from them read again, within
+    `tolerance`, and `changes`."""
     scores = {p.ratio: p.goodput for p in points}
     best, plateau = _plateau(scores, lambda _: tolerance)
     chosen, hold_lower, hold_upper = _reading(plateau, settings)
+    hold_lower, hold_upper = _headroom_band(hold_lower, hold_upper, live_ratio=live_ratio, chosen=chosen,
+                                            headroom_gain=changes.get("headroom_gain", curve.headroom_gain),
+                                            tolerance=tolerance)
     live = live_ratio if live_ratio is not None and live_ratio > 0 else None
     return replace(
         curve, points=points,
@@ -642,12 +646,8 @@ def remembered_curve(current: ReplayCurve, previous: ReplayCurve | None, *, live
 
     points = [*own, *(p for p in before if low <= p.ratio <= high and p.ratio not in own_shares)]
     points = sorted((replace(p, goodput=mean_score(p.ratio)) for p in points), key=lambda p: p.ratio)
-    curve = _reread(current, points, tolerance=current.plateau_tolerance, live_ratio=live_ratio, settings=settings,
-                    draw_points=own, draws=2)
-    hold_lower, hold_upper = _headroom_band(curve.hold_lower, curve.hold_upper, live_ratio=live_ratio,
-                                            chosen=curve.chosen_ratio, headroom_gain=current.headroom_gain,
-                                            tolerance=current.plateau_tolerance)
-    return replace(curve, hold_lower=hold_lower, hold_upper=hold_upper)
+    return _reread(current, points, tolerance=current.plateau_tolerance, live_ratio=live_ratio, settings=settings,
+                   draw_points=own, draws=2)
 
 
 def _with_window(other: ReplayCurve, whole: ReplayCurve, **marks: Any) -> ReplayCurve:
