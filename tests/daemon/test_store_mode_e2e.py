@@ -200,8 +200,11 @@ def test_store_mode_matches_direct_mode(fleet: Fleet) -> None:
         for _ in range(2):
             statuses = {status.server: status for status in advisor.run_cycle(timeout=20.0)}
         assert store_fleet.client.queries_sent - sent == 2 * store_fleet.queries_per_cycle == 2 * 4
-        decisions = {s.recommendation.decision for s in fleet.direct.values() if s.recommendation}
-        assert len(decisions) >= 2, decisions  # the fleet's servers do differ
+        # the fleet's servers do differ: chat and long documents put contexts an order of magnitude apart (their
+        # decisions usually differ too, but the long-document server sits near its optimum, where a hold and a
+        # small move are both right, so the traffic, not the decision, is what shows they differ)
+        contexts = [s.workload.effective_context_length or 0.0 for s in fleet.direct.values()]
+        assert min(contexts) > 0 and max(contexts) > 5 * min(contexts), contexts
         for server, direct in fleet.direct.items():
             assert_same_recommendation(direct, statuses[server])
             assert statuses[server].up and not statuses[server].last_errors
