@@ -101,18 +101,23 @@ class ReplaySettings:
     # Where the traffic changed character inside the window (a regime shift), its new regime is replayed on its own
     # too and decides with the window (`replay_curve`); None replays the window alone.
     regime: RegimeSettings | None = RegimeSettings()
+    # A metrics-only picture (per-interval arrivals, bucketed lengths) places the curve's features only to within
+    # this standard deviation in log r: redraws of one window put a sharp optimum's peak 7-12% either way. Where its
+    # plateau is narrower than two of them, the ratio is read off the curve's expected score over that uncertainty
+    # (`_spread_reading`), which leans away from the steeper side; 0 reads the plateau alone.
+    picture_spread: float = 0.12
 
     def __post_init__(self) -> None:
         if (not self.span > 1 or self.points < 3 or not 0 <= self.warmup_fraction < 1 or self.edge_margin < 1
                 or self.min_move < 1 or self.cliff_margin < 1 or self.cliff_keep_margin < self.cliff_margin
                 or self.sharp_refinements < 0 or not self.calibration_tolerance > 0 or self.calibration_rounds < 0
                 or self.calibration_running_factor < 1 or self.headroom < 1 or self.headroom_max < self.headroom
-                or not self.trend_seconds > 0):
+                or not self.trend_seconds > 0 or not 0 <= self.picture_spread < 1):
             raise ValueError("replay: span must be > 1, points >= 3, warmup_fraction in [0, 1), edge_margin, "
                              "min_move and cliff_margin >= 1, cliff_keep_margin >= cliff_margin, "
                              "sharp_refinements >= 0, calibration_tolerance > 0, calibration_rounds >= 0, "
                              "calibration_running_factor >= 1, headroom >= 1, headroom_max >= headroom, "
-                             "trend_seconds > 0")
+                             "trend_seconds > 0, picture_spread in [0, 1)")
 
 
 @dataclass(frozen=True)
@@ -463,12 +468,45 @@ def _plateau(scores: dict[float, float], tolerance_of: Callable[[float], float])
     return best, candidates[low:high + 1]
 
 
-def _reading(plateau: Sequence[float], settings: ReplaySettings) -> tuple[float, float, float]:
-    """(the chosen ratio, the hold band's ends) read off a plateau: its geometric middle, and the plateau less the
-    edge margin at each end, at least min_move either side of the middle."""
-    chosen = math.sqrt(plateau[0] * plateau[-1])
-    return (chosen, min(plateau[0] * settings.edge_margin, chosen / settings.min_move),
-            max(plateau[-1] / settings.edge_margin, chosen * settings.min_move))
+def _reading(plateau: Sequence[float], settings: ReplaySettings, *, spread_scores: dict[float, float] | None = None,
+             tolerance: float = 0.0) -> tuple[float, float, float, tuple[float, float]]:
+    """(the chosen ratio, the hold band's ends, the plateau's ends) read off a plateau: its geometric middle, the
+    plateau less the edge margin at each end (at least min_move either side of the chosen ratio), and its ends.
+    With `spread_scores` (a metrics-only picture's curve), a plateau narrower than two picture_spreads is read with
+    `_spread_reading`: the middle of the expected curve's plateau, and the plateau's ends take that one's in too (a
+    ratio as good in expectation is as good as the picture can tell)."""
+    low, high = plateau[0], plateau[-1]
+    chosen = math.sqrt(low * high)
+    spread = settings.picture_spread
+    if spread_scores is not None and spread > 0 and math.log(high / low) < 2 * spread:
+        expected_low, expected_high = _spread_reading(spread_scores, spread, tolerance)
+        chosen = math.sqrt(expected_low * expected_high)
+        low, high = min(low, expected_low), max(high, expected_high)
+    return (chosen, min(low * settings.edge_margin, chosen / settings.min_move),
+            max(high / settings.edge_margin, chosen * settings.min_move), (low, high))
+
+
+SPREAD_GRID_POINTS = 400
+
+
+def _spread_reading(scores: dict[float, float], spread: float, tolerance: float) -> tuple[float, float]:
+    """The ends of the plateau, within `tolerance` of its best, of the curve's expected score where
+    the curve's true place is uncertain by a normal `spread` in log r: the scores (linear in log r between the
+    ratios run) smoothed by that kernel over the ratios run. Of a sharp optimum beside a cliff this leans to the
+    gentler side, where a picture that placed the peak a little off costs least."""
+    ratios = sorted(scores)
+    grid = np.linspace(math.log(ratios[0]), math.log(ratios[-1]), SPREAD_GRID_POINTS)
+    values = np.interp(grid, [math.log(r) for r in ratios], [scores[r] for r in ratios])
+    kernel = np.exp(-0.5 * ((grid[:, None] - grid[None, :]) / spread) ** 2)
+    expected = kernel @ values / kernel.sum(axis=1)
+    top = int(np.argmax(expected))
+    floor = expected[top] * (1.0 - tolerance)
+    low = high = top
+    while low > 0 and expected[low - 1] >= floor:
+        low -= 1
+    while high < len(grid) - 1 and expected[high + 1] >= floor:
+        high += 1
+    return math.exp(grid[low]), math.exp(grid[high])
 
 
 def _robust(scores: dict[float, float], ratio: float, margin: float) -> float:
@@ -577,14 +615,15 @@ def _reread(curve: ReplayCurve, points: list[CurvePoint], *, tolerance: float, l
     `tolerance`, and `changes`."""
     scores = {p.ratio: p.goodput for p in points}
     best, plateau = _plateau(scores, lambda _: tolerance)
-    chosen, hold_lower, hold_upper = _reading(plateau, settings)
+    chosen, hold_lower, hold_upper, (width_lower, width_upper) = _reading(
+        plateau, settings, tolerance=tolerance, spread_scores=scores if curve.source == "metrics" else None)
     hold_lower, hold_upper = _headroom_band(hold_lower, hold_upper, live_ratio=live_ratio, chosen=chosen,
                                             headroom_gain=changes.get("headroom_gain", curve.headroom_gain),
                                             tolerance=tolerance)
     live = live_ratio if live_ratio is not None and live_ratio > 0 else None
     return replace(
         curve, points=points,
-        chosen_ratio=chosen, best_ratio=best, width_lower=plateau[0], width_upper=plateau[-1], flat=len(plateau) > 1,
+        chosen_ratio=chosen, best_ratio=best, width_lower=width_lower, width_upper=width_upper, flat=len(plateau) > 1,
         live_goodput=_interpolated(scores, live) if live is not None else None,
         chosen_goodput=_interpolated(scores, chosen), hold_lower=hold_lower, hold_upper=hold_upper,
         live_robust_goodput=_robust(scores, live, settings.cliff_margin) if live is not None else None,
@@ -757,9 +796,10 @@ def _window_curve(
     results.update(zip(probes, run_many(server, picture, probes, settings), strict=True))
     candidates = sorted(results)  # the live ratio too: where it is as good as the best, the operator holds
     best, plateau = plateau_of(candidates)
-    chosen, hold_lower, hold_upper = _reading(plateau, settings)
-    metric = "raw_goodput" if overloaded else "goodput_score"
     scores = {r: score(r) for r in results}
+    chosen, hold_lower, hold_upper, (width_lower, width_upper) = _reading(
+        plateau, settings, tolerance=tolerance_of(best), spread_scores=scores if picture.source == "metrics" else None)
+    metric = "raw_goodput" if overloaded else "goodput_score"
     chosen_goodput = _interpolated(scores, chosen)
 
     def robust(r: float, margin: float = settings.cliff_margin) -> float:
@@ -790,7 +830,7 @@ def _window_curve(
     ]
     return ReplayCurve(
         points=points, chosen_ratio=chosen, best_ratio=best, prior_ratio=prior_ratio,
-        width_lower=plateau[0], width_upper=plateau[-1], flat=len(plateau) > 1, metric=metric,
+        width_lower=width_lower, width_upper=width_upper, flat=len(plateau) > 1, metric=metric,
         requests=len(picture.requests), window_seconds=picture.window_seconds, source=picture.source,
         live_goodput=scores.get(live_ratio) if live_ratio is not None else None, chosen_goodput=chosen_goodput,
         step_time=server.cost.to_dict(), hold_lower=hold_lower, hold_upper=hold_upper,

@@ -150,6 +150,47 @@ def test_the_live_ratios_cliff_margin_is_measured_not_extrapolated_from_the_last
     assert curve.robust_gain is not None and curve.robust_gain > 1.3  # the cliff within the margin is seen
 
 
+def _sharp_peak_beside_a_cliff(peak: float):
+    """A stand-in whose goodput peaks sharply at `peak`, falling 6% per 1% of log r below it (a cliff) and 0.3% per
+    1% above it."""
+    from dataclasses import replace as dc_replace
+
+    template = _template()
+
+    def run_many(_server, _picture, ratios, _settings):
+        def score(r):
+            x = math.log(r / peak)
+            return 1000.0 * max(0.0, 1.0 + 6.0 * x if x < 0 else 1.0 - 0.3 * x)
+        return [dc_replace(template, ratio=r, completed_requests=5000, goodput_tokens_per_second=score(r),
+                           slo_goodput_tokens_per_second=score(r)) for r in ratios]
+    return run_many
+
+
+def test_a_metrics_only_pictures_sharp_optimum_is_read_away_from_its_cliff():
+    """A metrics-only picture places a curve only to within picture_spread in log r: of a sharp optimum at 2.0 with
+    a cliff below it, the ratio is read where the expected score is best, above the peak, and the reported plateau
+    takes it in. A request-log picture (the requests themselves), or a spread of 0, reads the peak itself."""
+    server = load_server_config("default")
+    requests = [RequestSpec(float(t), 100, 10, 100) for t in range(200)]
+
+    def read(source: str, settings: ReplaySettings | None = None) -> ReplayCurve:
+        curve = replay_curve(server, TrafficPicture(requests, 200.0, source), prior_ratio=2.0, live_ratio=None,
+                             run_many=_sharp_peak_beside_a_cliff(2.0), settings=settings)
+        assert curve is not None
+        return curve
+
+    exact, drawn = read("request_log"), read("metrics")
+    assert exact.chosen_ratio == pytest.approx(2.0)
+    assert drawn.chosen_ratio > 2.0 * 1.05
+    assert drawn.width_lower <= drawn.chosen_ratio <= drawn.width_upper
+    assert drawn.hold_lower < drawn.chosen_ratio < drawn.hold_upper
+    assert read("metrics", ReplaySettings(picture_spread=0.0)).chosen_ratio == pytest.approx(2.0)
+    # where the picture cannot tell a plateau's ratios apart anyway, its middle stands
+    flat = replay_curve(server, TrafficPicture(requests, 200.0, "metrics"), prior_ratio=4.0, live_ratio=None,
+                        run_many=_plateau_between(1.2, 4.5))
+    assert flat is not None and flat.chosen_ratio == pytest.approx(math.sqrt(4.0 / 3.0 * 4.0))
+
+
 def _cliff_under_load(window: float, cliff: float):
     """A stand-in whose goodput is flat from 0.6 up on the observed window, while on a heavier one (a shorter
     window) it halves below `cliff`: a live ratio just above 0.6 only serves the draw it saw."""
@@ -549,7 +590,8 @@ def test_a_metrics_only_draw_is_read_with_the_last_replays_draw():
     next replay averages with them, not with this mean), and its runs are its own."""
     current = _draw_peaking_at(1.4, ratios=(1.0, 1.4, 2.0, 2.4, 3.4))
     previous = _draw_peaking_at(2.4, ratios=(1.0, 1.7, 2.4, 3.4))
-    curve = remembered_curve(current, previous, live_ratio=0.9, settings=ReplaySettings())
+    exact = ReplaySettings(picture_spread=0.0)  # the mean's own peak (the spread's reading is tested on its own)
+    curve = remembered_curve(current, previous, live_ratio=0.9, settings=exact)
     assert curve.draws == 2 and curve.draw_points == current.points
     assert [p.ratio for p in curve.points] == [1.0, 1.4, 1.7, 2.0, 2.4, 3.4]
     # each ratio's score is the mean of the two shares: 1.7 was run by the previous draw only, 2.0 by this one only
@@ -564,7 +606,7 @@ def test_a_metrics_only_draw_is_read_with_the_last_replays_draw():
     assert curve.runs == current.runs == 5
     # the next replay averages its draw with this one's own, not with the mean
     again = remembered_curve(_draw_peaking_at(1.4, ratios=(1.0, 1.4, 2.0, 2.4, 3.4)), curve, live_ratio=0.9,
-                             settings=ReplaySettings())
+                             settings=exact)
     assert again.chosen_ratio == pytest.approx(1.4)
 
 
