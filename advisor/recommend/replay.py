@@ -105,7 +105,7 @@ class ReplaySettings:
     # this standard deviation in log r: redraws of one window put a sharp optimum's peak 7-12% either way. Where its
     # plateau is narrower than two of them, the ratio is read off the curve's expected score over that uncertainty
     # (`_spread_reading`), which leans away from the steeper side; 0 reads the plateau alone.
-    picture_spread: float = 0.12
+    picture_spread: float = 0.08
 
     def __post_init__(self) -> None:
         if (not self.span > 1 or self.points < 3 or not 0 <= self.warmup_fraction < 1 or self.edge_margin < 1
