@@ -490,10 +490,10 @@ SPREAD_GRID_POINTS = 400
 
 
 def _spread_reading(scores: dict[float, float], spread: float, tolerance: float) -> tuple[float, float]:
-    """The ends of the plateau, within `tolerance` of its best, of the curve's expected score where
-    the curve's true place is uncertain by a normal `spread` in log r: the scores (linear in log r between the
-    ratios run) smoothed by that kernel over the ratios run. Of a sharp optimum beside a cliff this leans to the
-    gentler side, where a picture that placed the peak a little off costs least."""
+    """The ends of the plateau (within `tolerance` of its best) of the curve's expected score, where the curve's true
+    place is uncertain by a normal `spread` in log r: the scores, linear in log r between the ratios run, smoothed
+    by that kernel over the ratios run (about 2 ms). Of a sharp optimum beside a cliff this leans to the gentler
+    side, where a picture that placed the peak a little off costs least."""
     ratios = sorted(scores)
     grid = np.linspace(math.log(ratios[0]), math.log(ratios[-1]), SPREAD_GRID_POINTS)
     values = np.interp(grid, [math.log(r) for r in ratios], [scores[r] for r in ratios])
