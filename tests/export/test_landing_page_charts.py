@@ -9,6 +9,7 @@ import re
 import shutil
 import struct
 import subprocess
+import time
 import xml.etree.ElementTree as ET
 import zlib
 from collections.abc import Iterator
@@ -42,11 +43,16 @@ def watched(tmp_path_factory) -> Iterator[Advisor]:
                                "replay_min_window_seconds": 300.0})
     advisor = Advisor(config)
     try:
-        for _ in range(60):  # each cycle is a poll: stop once there is a ratio and a short history
+        # each cycle is a poll that takes what the emulator served since the last one, so how much traffic a
+        # cycle sees depends on the machine's speed: poll until there is a ratio and a short history, with a
+        # pause between polls and a wall-clock bound rather than a fixed count
+        deadline = time.monotonic() + 90.0
+        while time.monotonic() < deadline:
             status = advisor.run_cycle(timeout=5.0)[0]
             with_ratio = [point for point in advisor.store.history("demo") if point.ratio]
             if status.recommendation and status.recommendation.ratio and len(with_ratio) >= 4:
                 break
+            time.sleep(0.05)
         yield advisor
     finally:
         advisor.close()
