@@ -314,8 +314,8 @@ def exact_requests(records: Iterable[RequestRecord], time_scale: float = 1.0) ->
 def observe_traffic_interval(traffic: TrafficEstimator, now: float, delta: ObservationDelta,
                              sample: ScrapeSample, *, baseline_only: bool = False) -> None:
     """One scrape interval into the traffic picture: finished requests (the prompt histogram's count delta, else
-    the request counter's), running + queued, and the interval's token histograms. A scrape whose deltas are
-    lifetime totals (the server's first, a restart, or `baseline_only`: the first after the daemon's checkpoint
+    the request counter's), running + queued, and the interval's token and queue-time histograms. A scrape whose
+    deltas are lifetime totals (the server's first, a restart, or `baseline_only`: the first after the daemon's checkpoint
     restore, whose totals were seen before) only sets the baseline count of requests in flight and its time."""
     in_system = sample.running_requests + sample.queued_requests
     if baseline_only or delta.since_start or delta.restarted:
@@ -325,6 +325,7 @@ def observe_traffic_interval(traffic: TrafficEstimator, now: float, delta: Obser
         return
     seconds = delta.interval_seconds
     prompt, generation = delta.prompt_tokens_histogram, delta.generation_tokens_histogram
+    queue = delta.queue_time_histogram
     finished = prompt.count if prompt is not None else delta.requests
     if seconds is None or finished is None:
         return
@@ -336,6 +337,7 @@ def observe_traffic_interval(traffic: TrafficEstimator, now: float, delta: Obser
         generation_counts=generation.bucket_counts() if generation else (),
         generation_sum=generation.sum if generation else 0.0, queued=sample.queued_requests,
         live_seq_tokens=sample.decode_sum_seq_lens, live_running=sample.running_requests,
+        queue_bounds=queue.upper_bounds if queue else (), queue_counts=queue.bucket_counts() if queue else (),
     )
 
 

@@ -1,7 +1,8 @@
 """The store path at fleet scale: one advisor reading N SGLang servers through a Prometheus-API store.
 
 A synthetic store (its own process, so its CPU is shared but its memory is not counted) answers the advisor's
-fixed queries for N servers whose counters, gauges and token histograms move with the clock as SGLang's do.
+fixed queries for N servers whose counters, gauges, token and queue-time histograms move with the clock as
+SGLang's do.
 For each fleet size the advisor runs in a fresh process: the history replay at start (VPA's history init),
 then live cycles; it prints the seconds per cycle (the slowest), the advisor's peak RSS and the queries sent
 per cycle, which stays the same whatever the fleet size, the what-if replays each cycle ran within its
@@ -59,7 +60,7 @@ def _texts(values: np.ndarray) -> np.ndarray:
 
 
 class SyntheticFleet:
-    """N servers' series as functions of time; answers the four query shapes as a store would, cheaply: each
+    """N servers' series as functions of time; answers the five fixed queries as a store would, cheaply: each
     series' labels are rendered once, the values of every server at every asked time are worked out as arrays
     and each distinct value formatted once (as Prometheus, in Go, spends little per series)."""
 
@@ -130,6 +131,15 @@ class SyntheticFleet:
             values = np.stack([_whole(counts * factors.get(n, np.zeros(servers))[:, None]) for n in TOKENIZER_COUNTERS],
                               axis=1)
             per_server = [(n, {"model_name": "example/hybrid"}) for n in TOKENIZER_COUNTERS]
+        elif "sglang:queue_time_seconds" in expr:
+            # the bound's edge only, as the query asks (`le=~"|10([.]0)?|[+]Inf"`): a few percent of a server's
+            # requests waited beyond 10 s, each of those ~20 s, the rest ~0.5 s
+            counts = self._counts(times)
+            over = _whole(counts * (0.01 * (1 + self.rate % 3))[:, None])
+            values = np.stack([counts - over, counts, counts, 0.5 * (counts - over) + 20.0 * over], axis=1)
+            family = "sglang:queue_time_seconds"
+            per_server = [(family + "_bucket", {"le": "10.0"}), (family + "_bucket", {"le": "+Inf"}),
+                          (family + "_count", {}), (family + "_sum", {})]
         else:
             match = re.search(r"sglang:(prompt|generation)_tokens_histogram", expr)
             if not match:

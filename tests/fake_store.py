@@ -29,14 +29,27 @@ def fixture_samples(name: str, **labels: str) -> list[Sample]:
 
 def evaluate(expr: str, samples: Iterable[Sample]) -> list[tuple[dict[str, str], float]]:
     """The rows Prometheus gives for `max|sum by (labels) ({__name__=~"re", ...})` over these samples (a series
-    with a `priority` label is left out where the selector says priority="")."""
+    with a `priority` label is left out where the selector says priority="", one whose `le` does not match is
+    left out where the selector has `le=~"re"`), or for `sum by (labels) (max by (labels) ({...}))`."""
+    nested = re.fullmatch(r"sum by \(([^)]*)\) \((max by .*)\)", expr)
+    if nested:
+        inner = evaluate(nested.group(2), samples)
+        return _aggregate(expr, [(labels.get("__name__", ""), labels, value) for labels, value in inner])
+    return _aggregate(expr, samples)
+
+
+def _aggregate(expr: str, samples: Iterable[Sample]) -> list[tuple[dict[str, str], float]]:
     by = [label.strip() for label in re.search(r"by \(([^)]*)\)", expr).group(1).split(",")]
     pattern = re.compile(re.search(r'__name__=~"([^"]+)"', expr).group(1))
+    le_match = re.search(r'le=~"([^"]*)"', expr)
+    le_pattern = re.compile(le_match.group(1)) if le_match else None
     combine: Callable[[float, float], float] = max if expr.startswith("max") else (lambda a, b: a + b)
     no_priority = 'priority=""' in expr
     groups: dict[tuple[str, ...], float] = {}
     for name, labels, value in samples:
         if not pattern.fullmatch(name) or (no_priority and labels.get("priority")):
+            continue
+        if le_pattern is not None and not le_pattern.fullmatch(labels.get("le", "")):
             continue
         key = tuple(name if label == "__name__" else labels.get(label, "") for label in by)
         groups[key] = combine(groups[key], value) if key in groups else value

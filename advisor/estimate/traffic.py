@@ -22,7 +22,7 @@ import itertools
 import math
 import operator
 from array import array
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Collection, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, NamedTuple
@@ -157,12 +157,18 @@ class TrafficBin:
     # requests; 0 and 0 when not shown or idle.
     live_seq_tokens: float = 0.0
     live_running: float = 0.0
+    # The interval's queue-time histogram (sglang:queue_time_seconds, observed as a request leaves the queue):
+    # bucket upper bounds in seconds and counts; empty when not shown.
+    queue_bounds: tuple[float, ...] = ()
+    queue_counts: array = field(default_factory=lambda: array("d"))
 
     def __post_init__(self) -> None:
         self.prompt_bounds = _shared_bounds(self.prompt_bounds)
         self.generation_bounds = _shared_bounds(self.generation_bounds)
+        self.queue_bounds = _shared_bounds(self.queue_bounds)
         self.prompt_counts = _counts(self.prompt_counts)
         self.generation_counts = _counts(self.generation_counts)
+        self.queue_counts = _counts(self.queue_counts)
 
     @property
     def finished(self) -> float:
@@ -179,6 +185,7 @@ class TrafficBin:
             "queued_at_start": self.queued_at_start,
             "admissions": [list(batch) for batch in self.admissions],
             "live_seq_tokens": self.live_seq_tokens, "live_running": self.live_running,
+            "queue_bounds": list(self.queue_bounds), "queue_counts": list(self.queue_counts),
         }
 
 
@@ -206,6 +213,9 @@ class TrafficPicture:
     live_running: float | None = None  # ... and its mean running requests over the same scrapes (all DP ranks)
     # Requests whose output the server's matched prefixes fixed (continued turns): a re-pairing leaves them.
     fixed_outputs: tuple[int, ...] = ()
+    # The server's queue-time histogram over the window (bucket upper bounds in seconds, counts), when it showed
+    # one: the replay at the live ratio checks its own queue against it.
+    live_queue_times: tuple[tuple[float, ...], tuple[float, ...]] | None = None
 
     @property
     def arrival_rate(self) -> float:
@@ -582,6 +592,36 @@ def _live_batch(seq_tokens: float | None, running: float | None) -> dict[str, fl
     return {"live_seq_tokens": float(seq_tokens), "live_running": float(running)}
 
 
+def queue_share_over(bounds: Sequence[float], counts: Sequence[float], seconds: float) -> float | None:
+    """The share of the requests in a queue-time histogram (bucket upper bounds, per-bucket counts) that waited
+    longer than `seconds`, linear within the bucket that holds it; None for an empty histogram."""
+    total = float(sum(counts))
+    if not total > 0:
+        return None
+    within, lower = 0.0, 0.0
+    for upper, count in zip(bounds, counts, strict=True):
+        if upper <= seconds:
+            within += count
+        elif lower < seconds and math.isfinite(upper):
+            within += count * (seconds - lower) / (upper - lower)
+            break
+        else:
+            break
+        lower = upper
+    return max(0.0, 1.0 - within / total)
+
+
+def _pooled_queue_times(bins: Sequence[TrafficBin]) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
+    """The window's queue-time histogram: the bins' of the layout most of them share, summed; None when no bin
+    showed one."""
+    shown = [b for b in bins if b.queue_bounds and sum(b.queue_counts) > 0]
+    if not shown:
+        return None
+    layout = Counter(b.queue_bounds for b in shown).most_common(1)[0][0]
+    counts = np.sum([b.queue_counts for b in shown if b.queue_bounds == layout], axis=0)
+    return layout, tuple(float(c) for c in counts)
+
+
 def _mean_live_batch(bins: Sequence[TrafficBin]) -> tuple[float, float] | None:
     """The running batch's mean sequence length and mean running requests over the bins that showed one (busy),
     weighted by their length; None under MIN_LIVE_SAMPLES busy bins (a handful of gauge readings says too little
@@ -767,11 +807,13 @@ class TrafficEstimator:
         prompt_bounds: Sequence[float] = (), prompt_counts: Sequence[float] = (), prompt_sum: float = 0.0,
         generation_bounds: Sequence[float] = (), generation_counts: Sequence[float] = (), generation_sum: float = 0.0,
         queued: float | None = None, live_seq_tokens: float | None = None, live_running: float | None = None,
+        queue_bounds: Sequence[float] = (), queue_counts: Sequence[float] = (),
     ) -> None:
         """One scrape interval ending at `now`: requests finished in it, running + queued at its end (`queued` of
         them waiting, when known), the interval's bucket counts of the two token histograms, the prefill
-        batches observed since the last interval, and the running decode batch's summed sequence lengths and
-        size at its end (`decode_sum_seq_lens` and `num_running_reqs`, when shown)."""
+        batches observed since the last interval, the running decode batch's summed sequence lengths and
+        size at its end (`decode_sum_seq_lens` and `num_running_reqs`, when shown), and the interval's bucket
+        counts of the queue-time histogram (when shown)."""
         admissions, self.pending_admissions = self.pending_admissions, []
         if not (seconds > 0 and math.isfinite(seconds) and math.isfinite(finished) and math.isfinite(in_system)):
             return
@@ -790,6 +832,7 @@ class TrafficEstimator:
                 return
             start = previous_time
         arrivals = max(0.0, finished + in_system - previous)
+        shown_queue = bool(queue_bounds) and len(queue_bounds) == len(queue_counts)
         self.bins.append(TrafficBin(
             start=start, end=now, arrivals=arrivals, in_system_at_start=previous,
             queued_at_start=previous_queued, admissions=admissions,
@@ -798,6 +841,8 @@ class TrafficEstimator:
             generation_bounds=_shared_bounds(generation_bounds), generation_counts=_counts(generation_counts),
             generation_sum=max(0.0, float(generation_sum)),
             **_live_batch(live_seq_tokens, live_running),
+            queue_bounds=_shared_bounds(queue_bounds) if shown_queue else (),
+            queue_counts=_counts(queue_counts) if shown_queue else array("d"),
         ))
         horizon = now - self.settings.window_seconds
         while self.bins and (self.bins[0].end <= horizon or len(self.bins) > self.settings.max_bins):
@@ -943,7 +988,7 @@ class TrafficEstimator:
             requests = paired_to_live_context(requests, target, rng)
         return TrafficPicture(requests=requests, window_seconds=window, source="metrics", backlog=backlog,
                               live_context=target, live_running=running,
-                              fixed_outputs=tuple(sorted(continued)))
+                              fixed_outputs=tuple(sorted(continued)), live_queue_times=_pooled_queue_times(bins))
 
     @staticmethod
     def _length_source(index: int, with_lengths: Sequence[int], bins: Sequence[TrafficBin], mature: int,

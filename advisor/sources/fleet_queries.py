@@ -43,10 +43,23 @@ from advisor.sources.server_info import ServerInfo, ServerShard
 # from the stats rank, the constants and the retraction counters from every TP rank alike, so `max` keeps one
 # copy. Gauges split by `phase` (PHASE_FAMILIES, graph memory) are summed over phases per DP rank, as the
 # parser does; tokenizer-side counters (TOKENIZER_COUNTERS, no rank labels) over every other label.
-# The queue-time histogram is left out: nothing downstream of the parser reads it.
-HISTOGRAM_FAMILIES: dict[str, str] = {
-    family: name for family, name in PARSED_HISTOGRAMS.items() if name != "queue_time_histogram"
-}
+# Histograms: the tokenizer's token histograms carry no rank and are summed; the scheduler's queue-time histogram
+# (SCHEDULER_HISTOGRAMS) may be observed on every TP rank of a DP rank alike, so one copy is kept per DP rank
+# (`max`, as the parser keeps the lowest rank's) and the DP ranks are summed. Of its 41 buckets only the edges the
+# replay's queue check reads are asked for (QUEUE_TIME_EDGES, the queue bound, plus +Inf, _sum and _count): the
+# share that waited beyond the bound is the same from them as from all 41, at a tenth of a fleet's rows.
+HISTOGRAM_FAMILIES: Mapping[str, str] = PARSED_HISTOGRAMS
+SCHEDULER_HISTOGRAMS = frozenset({"sglang:queue_time_seconds"})
+QUEUE_TIME_EDGES: tuple[float, ...] = (10.0,)  # advisor.scheduler.engine.DEFAULT_QUEUE_TIME_BOUND, an SGLang edge
+
+
+def _le_matcher(edges: Sequence[float]) -> str:
+    """A label matcher for the `le` values `edges` take as prometheus_client writes them ("10.0", or "10" as
+    other exporters do), plus "+Inf" and no `le` at all (the _sum and _count rows); bracket classes, not
+    backslashes, keep "." and "+" literal."""
+    written = [f"{int(edge)}([.]0)?" if float(edge).is_integer() else repr(float(edge)).replace(".", "[.]")
+               for edge in edges]
+    return 'le=~"|' + "|".join([*written, "[+]Inf"]) + '"'
 DEFAULT_SERVER_LABELS: tuple[str, ...] = ("instance",)
 
 
@@ -79,9 +92,11 @@ def fleet_queries(matchers: str = "", server_labels: Sequence[str] = DEFAULT_SER
     queries = [FleetQuery("rank", "rank", rank), FleetQuery("counters", "counter", counters)]
     for family in HISTOGRAM_FAMILIES:
         short = family.removeprefix("sglang:")
-        queries.append(FleetQuery(
-            short, "histogram", f'sum by (__name__, {by}, le) ({{__name__=~"sglang:{short}_(bucket|sum|count)"{extra}}})',
-        ))
+        series = f'{{__name__=~"sglang:{short}_(bucket|sum|count)"{extra}}}'
+        if family in SCHEDULER_HISTOGRAMS:
+            series = (f'max by (__name__, {by}, dp_rank, le) ({{__name__=~"sglang:{short}_(bucket|sum|count)", '
+                      f'{_le_matcher(QUEUE_TIME_EDGES)}{extra}}})')
+        queries.append(FleetQuery(short, "histogram", f"sum by (__name__, {by}, le) ({series})"))
     return queries
 
 

@@ -79,7 +79,7 @@ def test_sharded_replicas_export_disjoint_servers_whose_union_is_the_fleet(store
             (fleet_target,) = replica.fleets
             sent = fleet_target.client.queries_sent
             statuses = replica.run_cycle(timeout=30.0)
-            assert fleet_target.client.queries_sent - sent == fleet_target.queries_per_cycle == 4
+            assert fleet_target.client.queries_sent - sent == fleet_target.queries_per_cycle == 5
             assert all(status.up for status in statuses)
     finally:
         whole.close()

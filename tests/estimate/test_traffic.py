@@ -19,6 +19,7 @@ from advisor.estimate.traffic import (
     paired_to_live_context,
     pairing_axis,
     picture_since,
+    queue_share_over,
     tiled,
 )
 from advisor.scheduler.types import RequestSpec
@@ -487,6 +488,34 @@ def test_the_scrapes_running_batch_length_pairs_the_pictures_outputs():
     restored = TrafficEstimator.from_dict(traffic.to_dict())
     assert restored.picture(seed=4) == picture
     assert _chat_and_documents(40, None).picture(seed=4) != picture  # without the gauge: paired as drawn
+
+
+QUEUE_BOUNDS = (0.5, 5.0, 10.0, 30.0, float("inf"))
+
+
+def test_the_windows_queue_time_histogram_says_what_share_waited_beyond_a_bound():
+    """Each scrape's queue-time histogram delta joins its bin; the picture carries the window's, summed over the
+    bins of its layout, and the share beyond a bound is read off it (linear inside the bucket that holds the bound).
+    Checkpointed bins keep it; scrapes that showed none give none."""
+    traffic = TrafficEstimator(TrafficSettings(window_seconds=900))
+    traffic.observe_interval(0.0, 15.0, finished=0, in_system=0, queued=0)
+    for index in range(20):
+        waits = [6, 2, 1, 1, 0] if index % 2 else [8, 2, 0, 0, 0]  # every other interval, two waited past 10 s
+        traffic.observe_interval(15.0 * (index + 1), 15.0, finished=10, in_system=0, queued=0,
+                                 prompt_bounds=PROMPT_BOUNDS, prompt_counts=[10, 0, 0, 0, 0], prompt_sum=6000,
+                                 generation_bounds=OUTPUT_BOUNDS, generation_counts=[10, 0, 0, 0],
+                                 generation_sum=1000, queue_bounds=QUEUE_BOUNDS, queue_counts=waits)
+    picture = traffic.picture(seed=1)
+    assert picture is not None and picture.live_queue_times is not None
+    bounds, counts = picture.live_queue_times
+    assert bounds == QUEUE_BOUNDS and counts == (140.0, 40.0, 10.0, 10.0, 0.0)
+    assert queue_share_over(bounds, counts, 10.0) == pytest.approx(0.05)
+    assert queue_share_over(bounds, counts, 7.5) == pytest.approx(0.075)  # half the (5, 10] bucket
+    assert queue_share_over(bounds, counts, 0.0) == pytest.approx(1.0)
+    assert queue_share_over(bounds, (0.0,) * 5, 10.0) is None
+    assert queue_share_over((1.0, float("inf")), (5.0, 5.0), 60.0) == pytest.approx(0.5)  # beyond the last edge
+    assert TrafficEstimator.from_dict(traffic.to_dict()).picture(seed=1) == picture
+    assert _chat_and_documents(40, None).picture(seed=4).live_queue_times is None
 
 
 def test_a_handful_of_scrapes_of_the_running_batch_leaves_the_pairing_as_drawn():

@@ -15,12 +15,15 @@ from fake_store import Sample, exposition_samples
 from fake_store import evaluate as evaluate_rows
 from support import METRICS
 
+from advisor.estimate.traffic import queue_share_over
 from advisor.feeder import constants_from_server_info
 from advisor.model.serving import ServingConfig, slots_per_request
+from advisor.scheduler.engine import DEFAULT_QUEUE_TIME_BOUND
 from advisor.scrub import NAME_CHARS, scrub_text
 from advisor.sources.fleet_queries import (
     HISTOGRAM_FAMILIES,
     PHASE_FAMILIES,
+    QUEUE_TIME_EDGES,
     RANK_FAMILIES,
     TOKENIZER_COUNTERS,
     FleetFrame,
@@ -84,9 +87,10 @@ def test_every_rank_field_the_parser_fills_is_asked_for():
     assert filled == asked
 
 
-def test_the_queries_are_the_same_four_whatever_the_fleet():
+def test_the_queries_are_the_same_five_whatever_the_fleet():
     queries = fleet_queries('job="sglang", env=~"prod"', ("cluster", "instance"))
-    assert [q.name for q in queries] == ["rank", "counters", "prompt_tokens_histogram", "generation_tokens_histogram"]
+    assert [q.name for q in queries] == ["rank", "counters", "prompt_tokens_histogram", "generation_tokens_histogram",
+                                         "queue_time_seconds"]
     for query in queries:
         assert 'job="sglang", env=~"prod"' in query.expr
         assert "by (__name__, cluster, instance" in query.expr
@@ -97,7 +101,48 @@ def test_the_queries_are_the_same_four_whatever_the_fleet():
     assert all(re.fullmatch(counters, family) for family in TOKENIZER_COUNTERS)
     for query, family in zip(queries[2:], HISTOGRAM_FAMILIES, strict=True):
         assert family + "_(bucket|sum|count)" in query.expr and "le)" in query.expr
+    # the scheduler's queue-time histogram: one copy per DP rank (max over its TP ranks), then the DP ranks summed
+    assert queries[4].expr.startswith("sum by (__name__, cluster, instance, le) (max by (__name__, cluster, "
+                                      "instance, dp_rank, le) (")
     assert "{" not in fleet_queries()[0].expr.split("({", 1)[1].replace('{__name__', '')  # no selector: none added
+
+
+# SGLang 0.5.23's queue-time buckets (observability/metrics_collector.py, sglang:queue_time_seconds)
+QUEUE_BUCKETS = (0.0, 0.001, 0.005, 0.01, 0.05, 0.1, 0.2, 0.5, 1, 2, 3, 4, 5, 10, 15, 20, 30, 40, 50, 60, 70, 80, 90,
+                 100, 200, 300, 400, 500, 600, 700, 800, 900, 1000, 1200, 1400, 1600, 1800, 2000, 2500, 3000)
+
+
+def _queue_time_lines(waits_by_dp_rank: dict[str, list[float]], tp_ranks: int) -> str:
+    """sglang:queue_time_seconds as prometheus_client writes it, observed alike on every TP rank of a DP rank."""
+    lines = ["# HELP sglang:queue_time_seconds Histogram of queueing time in seconds.",
+             "# TYPE sglang:queue_time_seconds histogram"]
+    for dp_rank, waits in waits_by_dp_rank.items():
+        for tp_rank in range(tp_ranks):
+            labels = f'dp_rank="{dp_rank}",engine_type="unified",model_name="m",pp_rank="0",tp_rank="{tp_rank}"'
+            for bound in (*QUEUE_BUCKETS, math.inf):
+                le = "+Inf" if bound == math.inf else repr(float(bound))
+                count = sum(1 for wait in waits if wait <= bound)
+                lines.append(f'sglang:queue_time_seconds_bucket{{{labels},le="{le}"}} {float(count)}')
+            lines.append(f"sglang:queue_time_seconds_count{{{labels}}} {float(len(waits))}")
+            lines.append(f"sglang:queue_time_seconds_sum{{{labels}}} {float(sum(waits))}")
+    return "\n".join(lines) + "\n"
+
+
+def test_the_queue_time_histogram_from_the_store_says_what_the_direct_scrape_says_beyond_the_bound():
+    """The store is asked for the bound's edge of the queue-time histogram only, one TP copy per DP rank: the
+    share of requests that waited beyond the replay's queue bound is the direct scrape's, to the last digit."""
+    waits = {"0": [0.0, 0.3, 2.0, 9.0, 10.0, 12.0, 45.0], "1": [0.02, 11.0, 700.0]}
+    text = exposition("dp2tp4") + _queue_time_lines(waits, tp_ranks=4)
+    direct = parse_metrics(text).queue_time_histogram
+    ((_, stored),) = store_frame({"gpu-a:30000": text}).observations("gpu-a:30000")
+    histogram = stored.queue_time_histogram
+    assert direct is not None and histogram is not None
+    assert histogram.count == direct.count == 10  # DP ranks summed, TP copies not
+    assert histogram.upper_bounds == (10.0, math.inf) and len(direct.upper_bounds) == len(QUEUE_BUCKETS) + 1
+    for bound in QUEUE_TIME_EDGES:
+        from_store = queue_share_over(histogram.upper_bounds, histogram.bucket_counts(), bound)
+        assert from_store == queue_share_over(direct.upper_bounds, direct.bucket_counts(), bound) == 0.4
+    assert DEFAULT_QUEUE_TIME_BOUND in QUEUE_TIME_EDGES  # the edge asked for is the one the replay reads
 
 
 def test_rows_group_by_server_and_time():
