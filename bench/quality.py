@@ -209,6 +209,11 @@ class Row:
     # the final replay's check at the live ratio: the server's mean running requests while busy and the replay's
     replay_running_shown: float | None = None
     replay_running_replayed: float | None = None
+    # ... and the share of requests queued beyond the bound: the server's histogram's, the replay's, and the load the
+    # replay was made heavier by to queue as the server did (None: it matched)
+    replay_queue_shown: float | None = None
+    replay_queue_replayed: float | None = None
+    replay_queue_load: float | None = None
 
 
 # ------------------------------------------------------------------------------------------ simulation
@@ -474,6 +479,9 @@ def evaluate(case: Case, args: argparse.Namespace, cached: dict[str, Any] | None
         watch_seconds=watch_seconds, oracle_cached=cached is not None, curve=list(curve.points),
         replay_running_shown=rec.replay_live_running_shown if rec is not None else None,
         replay_running_replayed=rec.replay_live_running_replayed if rec is not None else None,
+        replay_queue_shown=rec.replay_queue_shown if rec is not None else None,
+        replay_queue_replayed=rec.replay_queue_replayed if rec is not None else None,
+        replay_queue_load=rec.replay_queue_load if rec is not None else None,
     )
     return row, {"points": curve.points, "formula_ratio": curve.formula_ratio, "formula": curve.formula,
                  "default": curve.default}

@@ -5,7 +5,10 @@ process and spread over worker processes (`replay_workers`), side by side in one
 A metrics-only picture is first checked at the live ratio against the running batch's length the server showed,
 and re-paired (one more run at the live ratio a round) while they differ: the `calib` columns time that replay
 in the daemon's process with the shown length `--shown-gap` above the replay's own (0 to skip), and count the
-extra runs.
+extra runs. The server's queue is checked there too: the `queue` columns time the replay with the server's
+queue-time histogram showing `--queue-gap` more of its requests beyond the bound than the replay's own (0 to
+skip), which brackets and bisects a heavier load at the live ratio and replays the whole curve that heavy too,
+and count the runs it adds.
 
 Two last rows time the daemon's 30-minute window 15 minutes after a regime shift, where the new regime is replayed
 on its own too, and a window whose last 5 minutes came 1.4x faster (a ramp), where the window is replayed that
@@ -42,6 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", default="1,2", help="comma-separated replay_workers to time side by side")
     parser.add_argument("--shown-gap", type=float, default=0.15,
                         help="the shown batch length over the replay's own for the calibrated timing (0: skip)")
+    parser.add_argument("--queue-gap", type=float, default=0.25,
+                        help="the server's share queued beyond the bound over the replay's, for the queue timing (0: skip)")
     parser.add_argument("--no-shift-row", dest="shift_row", action="store_false",
                         help="skip the rows of a 30-minute window 15 minutes after a regime shift and of a rising one")
     args = parser.parse_args(argv)
@@ -52,6 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     timing = "".join(f" {f'w={w} s':>8s} {'s/run':>6s}" + (f" {'cpu s':>6s}" if w == 1 else "") for w in workers)
     if args.shown_gap > 0:
         timing += f" {'calib s':>7s} {'+runs':>5s}"
+    if args.queue_gap > 0:
+        timing += f" {'queue s':>7s} {'+runs':>5s}"
     print(f"{'workload':22s} {'observed':>8s} {'replayed':>8s} {'runs':>4s}{timing}  chosen r (prior)")
     rows = [(name, load_workload(name).requests(1, args.window), args.window) for name in args.workloads.split(",")]
     if args.shift_row:
@@ -66,13 +73,13 @@ def main(argv: list[str] | None = None) -> int:
                   for r in load_workload("steady-chat").requests(1, 1920.0)]
         rows.append(("steady-chat, rising", rising, 1800.0))
     for name, requests, window in rows:
-        _time_row(name, requests, window, server, workers, args.shown_gap)
+        _time_row(name, requests, window, server, workers, args.shown_gap, args.queue_gap)
     replay_pool.shutdown()
     return 0
 
 
 def _time_row(name: str, requests: list[RequestSpec], window: float, server: SchedulerServerConfig, workers: list[int],
-              shown_gap: float) -> None:
+              shown_gap: float, queue_gap: float) -> None:
     """One line: the replay of `window` seconds of `requests` timed at each worker count (and calibrated)."""
     # through the daemon's traffic picture, so its cap on replayed requests applies
     traffic = TrafficEstimator(TrafficSettings(window_seconds=window))
@@ -105,6 +112,14 @@ def _time_row(name: str, requests: list[RequestSpec], window: float, server: Sch
         calibrated = replay_curve(server, shown, prior_ratio=prior, live_ratio=0.9)
         rounds = calibrated.calibration_rounds if calibrated else 0
         cells += f" {time.perf_counter() - started:7.2f} {rounds:5d}"
+    if queue_gap > 0:
+        own = run_ratios(server, picture, [0.9], ReplaySettings())[0]
+        over = min(1.0, own.queued_over_bound_requests / max(1, own.completed_requests) + queue_gap)
+        queued = replace(picture, live_queue_times=((10.0, float("inf")), (1.0 - over, over)))
+        started = time.perf_counter()
+        checked = replay_curve(server, queued, prior_ratio=prior, live_ratio=0.9)
+        added = checked.runs - curve.runs if checked else 0
+        cells += f" {time.perf_counter() - started:7.2f} {added:5d}"
     regime = f", regime {curve.regime_seconds:.0f} s" if curve.regime_seconds is not None else ""
     regime += f", trend {curve.trend_load:.2f}x" if curve.trend_load is not None else ""
     print(f"{name:22s} {len(requests):8d} {len(picture.requests):8d} {curve.runs:4d}{cells}  "

@@ -265,8 +265,13 @@ def what_if_panels() -> list[Any]:
         "morning's ramp, beyond the count's noise): their arrival rate over the window's, at most 1.5. While it "
         "shows, the window is replayed again that much heavier, and the recommendation is read where both it and "
         "the window as observed are on their plateaus: the traffic to come is heavier than the window's mean. "
-        "Empty without a trend. Metric: sglang_advisor_traffic_trend_load_ratio.",
-        "none", [query(advisor("sglang_advisor_traffic_trend_load_ratio"), "A", "{{server}}")], 12, 6)
+        "Empty without a trend. Beside it, the load the window was replayed at because the server queued more than "
+        "the replay did (its queue-time histogram showed more requests waiting beyond the queue bound at the live "
+        "ratio): that heavier traffic decides with the window the same way. Metrics: "
+        "sglang_advisor_traffic_trend_load_ratio, sglang_advisor_replay_queue_load_ratio.",
+        "none", [query(advisor("sglang_advisor_traffic_trend_load_ratio"), "A", "{{server}} trend"),
+                 query(advisor("sglang_advisor_replay_queue_load_ratio"), "B", "{{server}} as the server queued")],
+        12, 6)
         .decimals(2).min(1))
     return [gain, width, regime, trend]
 

@@ -125,6 +125,13 @@ _GAUGES: tuple[tuple[str, str, StatusField], ...] = (
         _from_recommendation(lambda r: r.replay_trend_load),
     ),
     (
+        "replay_queue_load_ratio",
+        "How much heavier the what-if replay ran its window so that, at the live ratio, as many requests waited "
+        "beyond its queue bound as the server's queue-time histogram showed (absent: the replay queued as much "
+        "without); that heavier traffic then decides with the window, as a trend's does.",
+        _from_recommendation(lambda r: r.replay_queue_load),
+    ),
+    (
         "observed_max_running_requests",
         "max_running_requests the server reports per DP worker (its effective concurrency clamp).",
         _from_recommendation(lambda r: r.observed_max_running_requests),

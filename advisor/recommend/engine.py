@@ -267,13 +267,16 @@ def _recommend(
         rec.replay_requests, rec.replay_window_seconds = replay.requests, replay.window_seconds
         rec.replay_source = replay.source
         rec.replay_regime_seconds = replay.regime_seconds
-        rec.replay_trend_load = replay.trend_load
+        # the load a trend was followed at (not one the server's queue asked for: that is replay_queue_load)
+        rec.replay_trend_load = replay.trend_load if not _queue_followed(replay) else None
         rec.replay_draws = replay.draws
         rec.step_time_coefficients = dict(replay.step_time)
         rec.replay_live_context_shown = replay.live_context_shown
         rec.replay_live_context_replayed = replay.live_context_replayed
         rec.replay_live_running_shown = replay.live_running_shown
         rec.replay_live_running_replayed = replay.live_running_replayed
+        rec.replay_queue_shown, rec.replay_queue_replayed = replay.queue_shown, replay.queue_replayed
+        rec.replay_queue_load = replay.queue_load
         shown_running, replayed_running = replay.live_running_shown, replay.live_running_replayed
         contradicted = live_ratio is not None and _replay_contradicted(replay, summary, settings)
         if replay.live_running_matches is False and shown_running and replayed_running and not contradicted:
@@ -404,6 +407,12 @@ def _recommend(
     return rec
 
 
+def _queue_followed(replay: ReplayCurve) -> bool:
+    """The heavier traffic the replay followed is the load that queued as the server did, not a trend's."""
+    return (replay.trend_load is not None and replay.queue_load is not None
+            and math.isclose(replay.trend_load, replay.queue_load))
+
+
 def _plateaus_read(replay: ReplayCurve) -> str | None:
     """Which two plateaus the advice was read from, after a regime shift or under a trend (None otherwise)."""
     if replay.window_plateau is None:
@@ -413,6 +422,12 @@ def _plateaus_read(replay: ReplayCurve) -> str | None:
         what = (f"the traffic changed character {replay.regime_seconds / 60:.0f} min before the replay's end: the new "
                 "regime, replayed as if it had filled the window,")
         apart = "no ratio holds both, and the new regime decides"
+    elif replay.trend_plateau is not None and _queue_followed(replay):
+        (low, high), whole = replay.trend_plateau, "the window as replayed"
+        what = (f"the server queued more than the replay: {replay.queue_shown or 0:.0%} of its requests waited "
+                f"beyond the queue bound against {replay.queue_replayed or 0:.0%} replayed at the live r; the "
+                f"window replayed {replay.trend_load:.2f}x heavier, as the server queued,")
+        apart = "no ratio holds both: the advice follows the window as replayed"
     elif replay.trend_load is not None and replay.trend_plateau is not None:
         (low, high), whole = replay.trend_plateau, "the window as observed"
         what = (f"the traffic is rising: the replay window's last minutes came {replay.trend_load:.2f}x as fast as "

@@ -20,7 +20,9 @@ made heavier: a live ratio that only this draw spared loses there.
 
 The live ratio runs first, as a check of the picture against the server: a metrics-only picture whose running
 batch there is not as long as the server showed has its outputs paired again (`calibrated_picture`), and the
-running requests it holds there are reported beside the server's.
+running requests it holds there are reported beside the server's. Its queue is checked too: where the server's
+queue-time histogram shows more requests waiting beyond the bound than the replay there (`_queue_check`), the
+window is replayed heavier until it queues as much, and that load is followed as a trend's is.
 
 Where the traffic changed character inside the window (`advisor.estimate.regime`), the new regime is replayed on
 its own too, repeated to the window's length, and the ratio read where both curves are on their plateaus
@@ -35,7 +37,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, fields, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -45,6 +47,7 @@ from advisor.estimate.traffic import (
     live_context,
     paired_to_live_context,
     picture_since,
+    queue_share_over,
     tiled,
 )
 from advisor.scheduler.engine import DEFAULT_QUEUE_TIME_BOUND, SimResult, simulate
@@ -106,18 +109,31 @@ class ReplaySettings:
     # plateau is narrower than two of them, the ratio is read off the curve's expected score over that uncertainty
     # (`_spread_reading`), which leans away from the steeper side; 0 reads the plateau alone.
     picture_spread: float = 0.08
+    # Where the server's queue-time histogram shows more of its requests waiting beyond the queue bound than the
+    # replay at the live ratio does (by more than queue_margin and twice the share's sampling noise), the replay is
+    # too light for this server (its arrivals burstier than a scrape's counts show, its steps slower than fitted):
+    # the window is replayed heavier until it queues as the server did, at most queue_load_max times, in
+    # queue_rounds runs at the live ratio (`_queue_check`), and that load is followed like a trend's
+    # (`trend_curve`).
+    queue_margin: float = 0.02
+    queue_first_load: float = 1.25
+    queue_load_max: float = 2.0
+    queue_rounds: int = 6
 
     def __post_init__(self) -> None:
         if (not self.span > 1 or self.points < 3 or not 0 <= self.warmup_fraction < 1 or self.edge_margin < 1
                 or self.min_move < 1 or self.cliff_margin < 1 or self.cliff_keep_margin < self.cliff_margin
                 or self.sharp_refinements < 0 or not self.calibration_tolerance > 0 or self.calibration_rounds < 0
                 or self.calibration_running_factor < 1 or self.headroom < 1 or self.headroom_max < self.headroom
-                or not self.trend_seconds > 0 or not 0 <= self.picture_spread < 1):
+                or not self.trend_seconds > 0 or not 0 <= self.picture_spread < 1
+                or not 0 <= self.queue_margin < 1 or not 1 <= self.queue_first_load <= self.queue_load_max
+                or self.queue_rounds < 0):
             raise ValueError("replay: span must be > 1, points >= 3, warmup_fraction in [0, 1), edge_margin, "
                              "min_move and cliff_margin >= 1, cliff_keep_margin >= cliff_margin, "
                              "sharp_refinements >= 0, calibration_tolerance > 0, calibration_rounds >= 0, "
                              "calibration_running_factor >= 1, headroom >= 1, headroom_max >= headroom, "
-                             "trend_seconds > 0, picture_spread in [0, 1)")
+                             "trend_seconds > 0, picture_spread in [0, 1), queue_margin in [0, 1), "
+                             "1 <= queue_first_load <= queue_load_max, queue_rounds >= 0")
 
 
 @dataclass(frozen=True)
@@ -190,6 +206,12 @@ class ReplayCurve:
     # (the curve's points are that traffic's), and that curve's own plateau.
     trend_load: float | None = None
     trend_plateau: tuple[float, float] | None = None
+    # The share of requests that waited beyond the queue bound: the server's queue-time histogram's over the window
+    # and the replay's at the live ratio (None without the histogram or a live ratio), and where the replay queued
+    # less, how much heavier the window was replayed to queue as the server did (None: it matched).
+    queue_shown: float | None = None
+    queue_replayed: float | None = None
+    queue_load: float | None = None
     # A metrics-only picture is one draw of the traffic the histograms allow: where `points` are this draw's scores
     # averaged with the previous replay's (`remembered_curve`), this replay's own, and how many draws `points` hold.
     draw_points: list[CurvePoint] | None = None
@@ -550,7 +572,7 @@ def replay_curve(
     # regime's first minutes from empty). The server's running batch over the window says nothing of its part, so
     # it is not paired again (the window's pairing stands).
     recent = replace(tiled(picture_since(calibrated, start), calibrated.window_seconds),
-                     live_context=None, live_running=None)
+                     live_context=None, live_running=None, live_queue_times=None)
     scale = _mean_size(calibrated.requests) / _mean_size(recent.requests)  # r* goes as 1 / L
     own, _, _ = _window_curve(server, recent, prior_ratio=prior_ratio * scale, live_ratio=live_ratio,
                               settings=settings, run_many=run_many,
@@ -699,6 +721,7 @@ def _with_window(other: ReplayCurve, whole: ReplayCurve, **marks: Any) -> Replay
         live_running_replayed=whole.live_running_replayed, live_running_matches=whole.live_running_matches,
         calibration_rounds=whole.calibration_rounds, window_plateau=(whole.width_lower, whole.width_upper),
         other_runs=whole.runs - whole.calibration_rounds,  # its re-pairings are calibration_rounds now
+        queue_shown=whole.queue_shown, queue_replayed=whole.queue_replayed, queue_load=whole.queue_load,
         **marks,
     )
 
@@ -706,13 +729,14 @@ def _with_window(other: ReplayCurve, whole: ReplayCurve, **marks: Any) -> Replay
 def _followed_trend(server: SchedulerServerConfig, whole: ReplayCurve, picture: TrafficPicture, recent: float, *,
                     prior_ratio: float, live_ratio: float | None, settings: ReplaySettings,
                     run_many: RunMany) -> ReplayCurve:
-    """`whole`, or where the window's last minutes came faster than its mean (`recent`, its `recent_load`) the
-    `trend_curve` of the window and of its traffic that much heavier (at most `headroom_max`). The heavier traffic
-    is the window's own picture, already checked against the server; it runs no heavier pair of its own."""
-    load = min(settings.headroom_max, recent)
+    """`whole`, or where the window's last minutes came faster than its mean or the server queued more than the
+    replay (`recent`: the larger of its `recent_load`, at most `headroom_max`, and the queue check's load) the
+    `trend_curve` of the window and of its traffic that much heavier. The heavier traffic is the window's own
+    picture, already checked against the server; it runs no heavier pair of its own."""
+    load = recent
     if not settings.follow_trend or not load > 1.0:
         return whole
-    ahead_picture = replace(heavier(picture, load), live_context=None, live_running=None)
+    ahead_picture = replace(heavier(picture, load), live_context=None, live_running=None, live_queue_times=None)
     ahead, _, _ = _window_curve(server, ahead_picture, prior_ratio=prior_ratio, live_ratio=live_ratio,
                                 settings=settings, run_many=run_many, heavier_pair=False,
                                 also=(whole.width_lower, whole.chosen_ratio, whole.width_upper))
@@ -764,6 +788,8 @@ def _window_curve(
     def plateau_of(candidates: list[float]) -> tuple[float, list[float]]:
         return _plateau({r: score(r) for r in candidates}, tolerance_of)
 
+    queue = (_queue_check(server, picture, results[live_ratio], live_ratio, settings, run_many)
+             if heavier_pair and live_ratio is not None and live_ratio > 0 else _QueueCheck(None, None, None, 0))
     _, plateau = plateau_of(sorted(results))
     # Refine just outside the plateau's ends, where the curve leaves it.
     refine = [r for r in (plateau[0] / math.sqrt(step), plateau[-1] * math.sqrt(step))
@@ -806,8 +832,9 @@ def _window_curve(
         return _robust(scores, r, margin)
 
     headroom_gain = None
-    load = recent_load(picture, settings.trend_seconds) if heavier_pair else 1.0
-    headroom = min(settings.headroom_max, max(settings.headroom, load))
+    load = min(settings.headroom_max, recent_load(picture, settings.trend_seconds)) if heavier_pair else 1.0
+    load = max(load, queue.load or 1.0)
+    headroom = max(settings.headroom, load)
     if (heavier_pair and live_ratio is not None and live_ratio > 0 and headroom > 1
             and abs(math.log(chosen / live_ratio)) > math.log(settings.min_move)):
         plain = _gain(chosen_goodput, scores[live_ratio])
@@ -848,7 +875,65 @@ def _window_curve(
         calibration_rounds=calibration.rounds if calibration else 0,
         headroom_gain=headroom_gain, headroom=headroom if headroom_gain is not None else 1.0,
         plateau_tolerance=tolerance_of(best),
+        queue_shown=queue.shown, queue_replayed=queue.replayed, queue_load=queue.load, other_runs=queue.runs,
     ), picture, load
+
+
+class _QueueCheck(NamedTuple):
+    shown: float | None  # the server's share of requests queued beyond the bound
+    replayed: float | None  # the replay's at the live ratio
+    load: float | None  # how much heavier the window queues as the server did (None: no heavier load needed)
+    runs: int  # the heavier runs at the live ratio it took
+
+
+def _queued_over(result: SimResult) -> float | None:
+    if result.completed_requests <= 0:
+        return None
+    return result.queued_over_bound_requests / result.completed_requests
+
+
+def _queue_check(server: SchedulerServerConfig, picture: TrafficPicture, at_live: SimResult, live_ratio: float,
+                 settings: ReplaySettings, run_many: RunMany) -> _QueueCheck:
+    """The server's queue against the replay's at the live ratio (`at_live`), and where the server queued more
+    (beyond `queue_margin` and twice the share's sampling noise over the replay's completed requests), the load
+    the window's traffic is made heavier by until its replay there queues as much. Near capacity the share climbs
+    from nothing to most requests within a few percent of load, so the load is bracketed (queue_first_load, then
+    queue_load_max where that is not enough) and bisected in log for the rest of `queue_rounds` runs: the load
+    tried whose share is nearest the server's. A replay that queues more than the server is left as it is: the
+    curve it reads is the safer one (made lighter to match, on the watched metrics-only protocol, the replay
+    moved eight rows, five down, heavy-tail outputs s2 95.3% -> 91.8%)."""
+    if picture.live_queue_times is None:
+        return _QueueCheck(None, None, None, 0)
+    shown = queue_share_over(*picture.live_queue_times, settings.queue_time_bound)
+    replayed = _queued_over(at_live)
+    if shown is None or replayed is None:
+        return _QueueCheck(shown, replayed, None, 0)
+    noise = 2.0 * math.sqrt(shown * (1.0 - shown) / at_live.completed_requests)
+    if (shown - replayed <= settings.queue_margin + noise or settings.queue_rounds == 0
+            or not settings.queue_load_max > 1.0):
+        return _QueueCheck(shown, replayed, None, 0)
+    tried: dict[float, float] = {1.0: replayed}
+
+    def short_of(load: float) -> bool:
+        """The replay at `load` still queues less than the server."""
+        if load not in tried:
+            result = run_many(server, heavier(picture, load), [live_ratio], settings)[0]
+            tried[load] = _queued_over(result) or 0.0
+        return tried[load] < shown
+
+    light, heavy = 1.0, min(settings.queue_first_load, settings.queue_load_max)
+    if short_of(heavy) and heavy < settings.queue_load_max and len(tried) - 1 < settings.queue_rounds:
+        light, heavy = heavy, settings.queue_load_max
+        short_of(heavy)
+    if not short_of(heavy):
+        while len(tried) - 1 < settings.queue_rounds:
+            middle = math.sqrt(light * heavy)
+            if short_of(middle):
+                light = middle
+            else:
+                heavy = middle
+    load = min(tried, key=lambda k: (abs(tried[k] - shown), -k))
+    return _QueueCheck(shown, replayed, load if load > 1.0 else None, len(tried) - 1)
 
 
 def recent_load(picture: TrafficPicture, seconds: float) -> float:

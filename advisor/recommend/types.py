@@ -73,6 +73,12 @@ class Recommendation:
     replay_live_context_replayed: float | None = None
     replay_live_running_shown: float | None = None  # ... and the mean running requests while busy
     replay_live_running_replayed: float | None = None
+    # The share of requests that waited beyond the replay's queue bound: the server's queue-time histogram's over the
+    # window and the replay's at the live ratio; where the replay queued less, how much heavier it replayed the window
+    # to queue as the server did (that load then decides with the observed window, as a trend's does).
+    replay_queue_shown: float | None = None
+    replay_queue_replayed: float | None = None
+    replay_queue_load: float | None = None
     notes: list[str] = field(default_factory=list)  # for people, in the order said
     note_codes: list[str] = field(default_factory=list)  # NOTE_CODES of the notes that carry one: what tests and tools read
 

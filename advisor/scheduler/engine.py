@@ -1322,6 +1322,9 @@ class SimResult:
     # between two close ratios; these do not.
     in_flight_tokens_per_second: float = 0.0
     in_flight_slo_tokens_per_second: float = 0.0
+    # Completed requests that waited longer than queue_time_bound (of completed_requests): the share a server's
+    # queue-time histogram shows above the bound.
+    queued_over_bound_requests: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -1430,6 +1433,7 @@ def simulate(
         goodput_tokens_per_second=output_tokens / measured,
         slo_goodput_tokens_per_second=slo_tokens / measured,
         queue_time_bound=queue_time_bound,
+        queued_over_bound_requests=sum(1 for queue_time in queue_times if queue_time > queue_time_bound),
         retractions=int(delta("retraction_events")),
         retracted_requests=int(delta("retracted_requests")),
         wasted_tokens=int(delta("wasted_tokens")),

@@ -315,6 +315,66 @@ def test_a_rising_rate_reads_the_advice_where_the_heavier_traffic_holds_too():
         ReplaySettings(headroom=1.3, headroom_max=1.2)
 
 
+def _queueing_under_load(window: float, knee: float):
+    """A stand-in that queues nothing on the observed window and, on one `knee` times heavier or more, queues a
+    share of its requests beyond the bound that grows with the load (a server at its capacity's edge); there its
+    goodput halves below 1.2, while the observed window's is flat from 0.6 up."""
+    from dataclasses import replace as dc_replace
+
+    template = _template()
+    runs: list[tuple[float, float]] = []
+
+    def run_many(_server, picture, ratios, _settings):
+        runs.extend((picture.window_seconds, r) for r in ratios)
+        load = window / picture.window_seconds
+        share = 0.0 if load < knee else min(1.0, 0.25 + 4.0 * (load - knee))
+
+        def slo(r):
+            return 500.0 if r < 0.6 or (load >= knee and r < 1.2) else 1000.0
+        return [dc_replace(template, ratio=r, completed_requests=1000, queued_over_bound_requests=round(1000 * share),
+                           goodput_tokens_per_second=slo(r), slo_goodput_tokens_per_second=slo(r)) for r in ratios]
+    return run_many, runs
+
+
+def _queue_histogram(over: float) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """SGLang's queue-time buckets around the 10 s bound, `over` of 1000 requests beyond it."""
+    return (1.0, 5.0, 10.0, 20.0, math.inf), (600.0 * (1 - over), 400.0 * (1 - over), 0.0, 1000.0 * over, 0.0)
+
+
+def test_a_server_that_queued_more_than_the_replay_is_replayed_heavier_until_it_queues_as_much():
+    """The server's queue-time histogram shows a third of its requests waiting beyond the bound at the live 0.9,
+    where the replay queues none: the replay is too light for this server. The window is made heavier until its
+    replay at the live ratio queues as the server did (the share crosses a third just past 1.06x), and that load
+    decides with the window as a trend's would: the advice moves above 1.2, where the heavier traffic holds. A
+    server whose queue the replay matches, or one that queued less, keeps the window alone."""
+    server = load_server_config("default")
+    requests = [RequestSpec(float(t), 100, 10, 100) for t in range(1000)]
+    picture = TrafficPicture(requests, 1000.0, "metrics", live_queue_times=_queue_histogram(1 / 3))
+    run_many, runs = _queueing_under_load(1000.0, 1.06)
+    curve = replay_curve(server, picture, prior_ratio=2.0, live_ratio=0.9, run_many=run_many)
+    assert curve is not None
+    assert curve.queue_shown == pytest.approx(1 / 3) and curve.queue_replayed == 0.0
+    assert curve.queue_load is not None and 1.06 <= curve.queue_load <= 1.06 * 1.02  # bisected to within 2%
+    assert curve.trend_load == pytest.approx(curve.queue_load)  # followed like a trend
+    assert curve.reads_both_plateaus and curve.width_lower >= 1.2 and curve.chosen_ratio > 1.2
+    assert curve.gain == pytest.approx(2.0)  # the live ratio halves on the traffic as heavy as the server's
+    at_live = [window for window, r in runs if r == 0.9 and window < 1000.0]
+    assert len(at_live) >= ReplaySettings().queue_rounds  # the bisection's runs, then the heavier curve's own
+    assert curve.runs == len(runs)
+    for over in (0.0, 0.02):  # the server queued no more than the replay, or within the margin
+        run_many, runs = _queueing_under_load(1000.0, 1.06)
+        calm = replay_curve(server, replace(picture, live_queue_times=_queue_histogram(over)), prior_ratio=2.0,
+                            live_ratio=0.9, run_many=run_many)
+        assert calm is not None and calm.queue_load is None and calm.trend_load is None
+        assert all(window == 1000.0 or r in (0.9, calm.chosen_ratio) for window, r in runs)  # the heavier pair only
+    run_many, _ = _queueing_under_load(1000.0, 1.06)
+    off = replay_curve(server, picture, prior_ratio=2.0, live_ratio=0.9, run_many=run_many,
+                       settings=ReplaySettings(queue_rounds=0))
+    assert off is not None and off.queue_load is None and off.queue_shown == pytest.approx(1 / 3)
+    with pytest.raises(ValueError, match="queue_first_load"):
+        ReplaySettings(queue_first_load=3.0, queue_load_max=2.0)
+
+
 def _served(raw_of, slo_of):
     """A stand-in whose raw and SLO goodput at each ratio are given functions of r."""
     from dataclasses import replace as dc_replace
