@@ -361,7 +361,7 @@ def test_a_server_that_queued_more_than_the_replay_is_replayed_heavier_until_it_
     at_live = [window for window, r in runs if r == 0.9 and window < 1000.0]
     assert len(at_live) >= ReplaySettings().queue_rounds  # the bisection's runs, then the heavier curve's own
     assert curve.runs == len(runs)
-    for over in (0.0, 0.02):  # the server queued no more than the replay, or within the margin
+    for over in (0.0, 0.015):  # the server queued no more than the replay, or within the margin and its noise
         run_many, runs = _queueing_under_load(1000.0, 1.06)
         calm = replay_curve(server, replace(picture, live_queue_times=_queue_histogram(over)), prior_ratio=2.0,
                             live_ratio=0.9, run_many=run_many)
