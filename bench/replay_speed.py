@@ -114,7 +114,7 @@ def _time_row(name: str, requests: list[RequestSpec], window: float, server: Sch
         cells += f" {time.perf_counter() - started:7.2f} {rounds:5d}"
     if queue_gap > 0:
         own = run_ratios(server, picture, [0.9], ReplaySettings())[0]
-        over = min(1.0, own.queued_over_bound_requests / max(1, own.completed_requests) + queue_gap)
+        over = min(1.0, own.admitted_over_bound_requests / max(1, own.admitted_requests) + queue_gap)
         queued = replace(picture, live_queue_times=((10.0, float("inf")), (1.0 - over, over)))
         started = time.perf_counter()
         checked = replay_curve(server, queued, prior_ratio=prior, live_ratio=0.9)

@@ -888,15 +888,15 @@ class _QueueCheck(NamedTuple):
 
 
 def _queued_over(result: SimResult) -> float | None:
-    if result.completed_requests <= 0:
+    if result.admitted_requests <= 0:
         return None
-    return result.queued_over_bound_requests / result.completed_requests
+    return result.admitted_over_bound_requests / result.admitted_requests
 
 
 def _queue_check(server: SchedulerServerConfig, picture: TrafficPicture, at_live: SimResult, live_ratio: float,
                  settings: ReplaySettings, run_many: RunMany) -> _QueueCheck:
     """The server's queue against the replay's at the live ratio (`at_live`), and where the server queued more
-    (beyond `queue_margin` and twice the share's sampling noise over the replay's completed requests), the load
+    (beyond `queue_margin` and twice the share's sampling noise over the requests the replay admitted), the load
     the window's traffic is made heavier by until its replay there queues as much. Near capacity the share climbs
     from nothing to most requests within a few percent of load, so the load is bracketed (queue_first_load, then
     queue_load_max where that is not enough) and bisected in log for the rest of `queue_rounds` runs: the load
@@ -909,7 +909,7 @@ def _queue_check(server: SchedulerServerConfig, picture: TrafficPicture, at_live
     replayed = _queued_over(at_live)
     if shown is None or replayed is None:
         return _QueueCheck(shown, replayed, None, 0)
-    noise = 2.0 * math.sqrt(shown * (1.0 - shown) / at_live.completed_requests)
+    noise = 2.0 * math.sqrt(shown * (1.0 - shown) / at_live.admitted_requests)
     if (shown - replayed <= settings.queue_margin + noise or settings.queue_rounds == 0
             or not settings.queue_load_max > 1.0):
         return _QueueCheck(shown, replayed, None, 0)

@@ -329,6 +329,11 @@ class Simulator:
         # When a list: requests that leave are appended to it as FinishedRecord tuples instead of being
         # reported as RequestFinished events (a goodput run needs only these few fields of each).
         self._finished_records: list[FinishedRecord] | None = None
+        # When a list: each request's first wait, as (the time its first forward began, the wait), appended when
+        # that forward is staged. SGLang observes `sglang:queue_time_seconds` once a request, then, on the wait
+        # before its first forward (observability/req_time_stats.py set_forward_entry_time); a retracted request's
+        # second wait is not observed.
+        self._first_waits: list[tuple[float, float]] | None = None
 
     # ------------------------------------------------------------------ arrivals
 
@@ -796,12 +801,15 @@ class Simulator:
         tokens = 0
         attention = 0.0
         cached = 0
+        first_waits: list[float] = []
         for req, take in batch:
             done_before = req.prefix_len + req.computed
             attention += take * (done_before + take / 2)
             tokens += take
             if req.computed == 0:
                 cached += req.prefix_len
+                if req.retractions == 0:  # its first forward: the wait so far is its first
+                    first_waits.append(req.queue_time)
             req.computed += take
             req.kv_own += take
         self._staged_kv += tokens
@@ -812,6 +820,8 @@ class Simulator:
             self._fit_cached_states()
         duration = self.cost.prefill_seconds(tokens, attention)
         self.prefill_compute_total += tokens
+        if self._first_waits is not None:
+            self._first_waits.extend((self.clock, wait) for wait in first_waits)
         if self.log_lines:
             used = self._used(self.step)
             events.append(
@@ -827,6 +837,7 @@ class Simulator:
                     * self.slots_per_request
                     / max(1, self.split.max_mamba_cache_size),
                     input_throughput=tokens / duration,
+                    first_waits=tuple(first_waits),
                 )
             )
         return self.clock + duration
@@ -1322,9 +1333,10 @@ class SimResult:
     # between two close ratios; these do not.
     in_flight_tokens_per_second: float = 0.0
     in_flight_slo_tokens_per_second: float = 0.0
-    # Completed requests that waited longer than queue_time_bound (of completed_requests): the share a server's
-    # queue-time histogram shows above the bound.
-    queued_over_bound_requests: int = 0
+    # Requests whose first forward began in the measured period, and those of them whose wait before it exceeded
+    # queue_time_bound: what a server's queue-time histogram counts (one observation a request, its first wait).
+    admitted_requests: int = 0
+    admitted_over_bound_requests: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -1352,6 +1364,7 @@ def _run_worker(
                     log_lines=False)
     records: list[FinishedRecord] = []
     sim._finished_records = records
+    sim._first_waits = []
     start_acc = sim.accumulators()
     t = 0.0
     marks = sorted({warmup, duration})
@@ -1408,6 +1421,7 @@ def simulate(
     # (time, prompt tokens, completion tokens, queue time, e2e latency) of the completed
     completed = [record[:5] for record in finished if not record[5]]
     queue_times = [queue_time for _, _, _, queue_time, _ in completed]
+    first_waits = [wait for w in workers for time, wait in (w[0]._first_waits or ()) if time >= warmup]
     span = sum(max(end.clock - start.clock, 1e-12) for _, start, end, _ in workers)
 
     def delta(name: str) -> float:
@@ -1433,7 +1447,8 @@ def simulate(
         goodput_tokens_per_second=output_tokens / measured,
         slo_goodput_tokens_per_second=slo_tokens / measured,
         queue_time_bound=queue_time_bound,
-        queued_over_bound_requests=sum(1 for queue_time in queue_times if queue_time > queue_time_bound),
+        admitted_requests=len(first_waits),
+        admitted_over_bound_requests=sum(1 for wait in first_waits if wait > queue_time_bound),
         retractions=int(delta("retraction_events")),
         retracted_requests=int(delta("retracted_requests")),
         wasted_tokens=int(delta("wasted_tokens")),

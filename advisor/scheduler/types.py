@@ -85,6 +85,9 @@ class PrefillBatch:
     full_token_usage: float
     mamba_usage: float
     input_throughput: float
+    # The first waits of the requests whose first forward this is (a retracted request's later prefill adds none):
+    # SGLang observes each into `sglang:queue_time_seconds` as that forward begins.
+    first_waits: tuple[float, ...] = ()
 
 
 @dataclass

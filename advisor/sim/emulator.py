@@ -391,8 +391,6 @@ class EmulatedServer:
             wall = self._wall_time_of(sim_time)
             if isinstance(event, RequestFinished):
                 self._tokenizer.observe(event)
-                if worker.view.queue_time is not None:
-                    worker.view.queue_time.observe(event.queue_time)
                 if self._request_log_file is not None:
                     stream = is_streaming_request(event.rid)
                     request_lines.append(sglang_logs.request_json_line(event, wall, stream=stream))
@@ -401,6 +399,10 @@ class EmulatedServer:
                 text = sglang_logs.retraction_line(event, profile=self._profile)
                 lines.extend(sglang_logs.line(wall, text, prefix) for prefix in self._rank_prefixes(index, stats_only=False))
             elif isinstance(event, (PrefillBatch, DecodeTick)):
+                if isinstance(event, PrefillBatch) and worker.view.queue_time is not None:
+                    # as SGLang: each request's first wait, observed as its first forward begins
+                    for wait in event.first_waits:
+                        worker.view.queue_time.observe(wait)
                 worker.view.last_retracted_reqs = worker.pending_retracted_reqs
                 worker.pending_retracted_reqs = 0
                 worker.view.last_tick_was_decode = isinstance(event, DecodeTick)

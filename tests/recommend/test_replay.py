@@ -331,7 +331,7 @@ def _queueing_under_load(window: float, knee: float):
 
         def slo(r):
             return 500.0 if r < 0.6 or (load >= knee and r < 1.2) else 1000.0
-        return [dc_replace(template, ratio=r, completed_requests=1000, queued_over_bound_requests=round(1000 * share),
+        return [dc_replace(template, ratio=r, completed_requests=1000, admitted_requests=1000, admitted_over_bound_requests=round(1000 * share),
                            goodput_tokens_per_second=slo(r), slo_goodput_tokens_per_second=slo(r)) for r in ratios]
     return run_many, runs
 

@@ -278,6 +278,30 @@ def test_retraction_takes_the_longest_input_among_the_fewest_outputs():
     assert reprefill[0].new_tokens == 400 + retractions[0].output_tokens
 
 
+def test_each_request_reports_one_first_wait_as_its_first_forward_begins():
+    """SGLang observes sglang:queue_time_seconds once a request, on the wait before its first forward
+    (observability/req_time_stats.py set_forward_entry_time): the prefill that stages a request's first forward
+    carries its wait so far, a retracted request's second prefill carries none, though the request's own queue
+    time goes on counting its second wait; a goodput run counts the first waits over the bound."""
+    arrivals = [RequestSpec(0.0, 500, 4000, 4000), RequestSpec(8.0, 300, 1500, 1500),
+                RequestSpec(8.0, 400, 1500, 1500), RequestSpec(9.0, 1200, 10, 4096)]
+    events = _tiny_run(arrivals)
+    prefills = [e for e in events if isinstance(e, PrefillBatch)]
+    retraction = next(e for e in events if isinstance(e, Retraction))
+    first_waits = [wait for p in prefills for wait in p.first_waits]
+    assert len(first_waits) == len(arrivals)  # one each, the retracted request's second prefill adds none
+    assert sum(p.new_seqs for p in prefills) == len(arrivals) + 1  # though it was prefilled twice
+    assert any(p.time > retraction.time and p.new_tokens >= 400 + retraction.output_tokens for p in prefills)
+    done = _finished(events)
+    retracted = next(r for r in done.values() if r.num_retractions == 1)
+    assert retracted.queue_time > 0.0 and all(wait < retracted.queue_time for wait in first_waits[:3])
+    assert sorted(first_waits) == pytest.approx(sorted(
+        [r.queue_time for r in done.values() if r.num_retractions == 0] + [first_waits[2]]))
+    result = simulate(server_config_from_dict(TINY), UNUSED, duration=200.0, arrivals=arrivals, queue_time_bound=1.0)
+    assert result.admitted_requests == len(arrivals)
+    assert result.admitted_over_bound_requests == sum(1 for wait in first_waits if wait > 1.0)
+
+
 def test_retraction_takes_the_fewest_outputs_first_even_with_a_short_input():
     # Request 2 arrives a second after request 1: fewer outputs, so it goes first despite
     # having the shortest input.

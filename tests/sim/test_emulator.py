@@ -228,6 +228,23 @@ def test_retraction_warnings_on_every_tp_rank_only_when_the_kv_pool_binds(tmp_pa
     assert set(values(metrics, "sglang:num_retracted_requests_total").values()) == {0.0}
 
 
+def test_queue_time_is_observed_once_a_request_as_its_first_forward_begins():
+    """As SGLang 0.5.23 (observability/req_time_stats.py set_forward_entry_time): sglang:queue_time_seconds holds
+    one observation a request, its wait before its first forward, taken when that forward begins: the requests
+    still running count in it beside those finished, and a server whose state pool queues them shows waits."""
+    config = load_server_config("default")  # clamp 51 by the state pool
+    with emulated(config, workload(LONG_OUTPUTS), speed=1000.0) as emu:
+        step_until(emu, lambda: state(emu)["requests_finished"] >= 60 and state(emu)["workers"][0]["queued_requests"] > 0)
+        now = state(emu)
+        metrics = requests.get(emu.url + "/metrics", timeout=5).text
+    counts = values(metrics, "sglang:queue_time_seconds_count")
+    assert set(counts.values()) == {counts[(("tp_rank", "0"),)]}  # every TP rank observes it alike
+    running = now["workers"][0]["running_requests"]
+    assert running > 0 and counts[(("tp_rank", "0"),)] == now["requests_finished"] + running
+    waits = values(metrics, "sglang:queue_time_seconds_sum")
+    assert waits[(("tp_rank", "0"),)] > 0.0
+
+
 def test_restart_resets_counters_and_writes_a_new_boot(tmp_path):
     log = tmp_path / "sglang.log"
     config = load_server_config("default")
