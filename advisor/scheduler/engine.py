@@ -206,6 +206,10 @@ class SimAccumulators:
     retraction_events: int = 0
     retracted_requests: int = 0
     wasted_tokens: int = 0
+    # First forwards begun (one a request; a retracted request's later prefill is not one), and those whose wait
+    # before it exceeded the worker's first_wait_bound: what SGLang's sglang:queue_time_seconds histogram counts.
+    first_forwards: int = 0
+    first_waits_over_bound: int = 0
 
 
 class Simulator:
@@ -329,11 +333,10 @@ class Simulator:
         # When a list: requests that leave are appended to it as FinishedRecord tuples instead of being
         # reported as RequestFinished events (a goodput run needs only these few fields of each).
         self._finished_records: list[FinishedRecord] | None = None
-        # When a list: each request's first wait, as (the time its first forward began, the wait), appended when
-        # that forward is staged. SGLang observes `sglang:queue_time_seconds` once a request, then, on the wait
-        # before its first forward (observability/req_time_stats.py set_forward_entry_time); a retracted request's
-        # second wait is not observed.
-        self._first_waits: list[tuple[float, float]] | None = None
+        # SGLang observes `sglang:queue_time_seconds` once a request, on the wait before its first forward, as that
+        # forward begins (observability/req_time_stats.py set_forward_entry_time; a retracted request's second wait
+        # is not observed): the accumulators count first forwards and those that waited longer than this bound.
+        self.first_wait_bound = DEFAULT_QUEUE_TIME_BOUND
 
     # ------------------------------------------------------------------ arrivals
 
@@ -802,6 +805,8 @@ class Simulator:
         attention = 0.0
         cached = 0
         first_waits: list[float] = []
+        log_lines = self.log_lines
+        acc = self.acc
         for req, take in batch:
             done_before = req.prefix_len + req.computed
             attention += take * (done_before + take / 2)
@@ -809,7 +814,11 @@ class Simulator:
             if req.computed == 0:
                 cached += req.prefix_len
                 if req.retractions == 0:  # its first forward: the wait so far is its first
-                    first_waits.append(req.queue_time)
+                    acc.first_forwards += 1
+                    if req.queue_time > self.first_wait_bound:
+                        acc.first_waits_over_bound += 1
+                    if log_lines:
+                        first_waits.append(req.queue_time)
             req.computed += take
             req.kv_own += take
         self._staged_kv += tokens
@@ -820,8 +829,6 @@ class Simulator:
             self._fit_cached_states()
         duration = self.cost.prefill_seconds(tokens, attention)
         self.prefill_compute_total += tokens
-        if self._first_waits is not None:
-            self._first_waits.extend((self.clock, wait) for wait in first_waits)
         if self.log_lines:
             used = self._used(self.step)
             events.append(
@@ -1359,12 +1366,13 @@ def _run_worker(
     dp_size: int,
     arrivals: Iterable[RequestSpec] | None,
     chunk_seconds: float = 60.0,
+    first_wait_bound: float = DEFAULT_QUEUE_TIME_BOUND,
 ) -> tuple[Simulator, SimAccumulators, SimAccumulators, list[FinishedRecord]]:
     sim = Simulator(server, workload, seed=seed, dp_rank=dp_rank, dp_size=dp_size, arrivals=arrivals,
                     log_lines=False)
     records: list[FinishedRecord] = []
     sim._finished_records = records
-    sim._first_waits = []
+    sim.first_wait_bound = first_wait_bound
     start_acc = sim.accumulators()
     t = 0.0
     marks = sorted({warmup, duration})
@@ -1412,6 +1420,7 @@ def simulate(
             dp_rank=rank,
             dp_size=dp_size,
             arrivals=arrivals,
+            first_wait_bound=queue_time_bound,
         )
         for rank in range(dp_size)
     ]
@@ -1421,7 +1430,6 @@ def simulate(
     # (time, prompt tokens, completion tokens, queue time, e2e latency) of the completed
     completed = [record[:5] for record in finished if not record[5]]
     queue_times = [queue_time for _, _, _, queue_time, _ in completed]
-    first_waits = [wait for w in workers for time, wait in (w[0]._first_waits or ()) if time >= warmup]
     span = sum(max(end.clock - start.clock, 1e-12) for _, start, end, _ in workers)
 
     def delta(name: str) -> float:
@@ -1447,8 +1455,8 @@ def simulate(
         goodput_tokens_per_second=output_tokens / measured,
         slo_goodput_tokens_per_second=slo_tokens / measured,
         queue_time_bound=queue_time_bound,
-        admitted_requests=len(first_waits),
-        admitted_over_bound_requests=sum(1 for wait in first_waits if wait > queue_time_bound),
+        admitted_requests=int(delta("first_forwards")),
+        admitted_over_bound_requests=int(delta("first_waits_over_bound")),
         retractions=int(delta("retraction_events")),
         retracted_requests=int(delta("retracted_requests")),
         wasted_tokens=int(delta("wasted_tokens")),
