@@ -713,10 +713,13 @@ def remembered_curve(current: ReplayCurve, previous: ReplayCurve | None, *, live
 
 
 def _with_window(other: ReplayCurve, whole: ReplayCurve, **marks: Any) -> ReplayCurve:
-    """The other curve (a new regime's, the heavier traffic's) with what the window's replay says: its check against
-    the server, its plateau, and `marks` (what the other curve is)."""
+    """The other curve (a new regime's, the heavier traffic's) with what the window's replay says: what it replayed
+    (the window and its requests: a heavier picture's window is shorter by its load, and the daemon reads this one
+    as the window the last replay covered), its check against the server, its plateau, and `marks` (what the other
+    curve is)."""
     return replace(
-        other, live_context_shown=whole.live_context_shown,
+        other, requests=whole.requests, window_seconds=whole.window_seconds,
+        live_context_shown=whole.live_context_shown,
         live_context_replayed_before=whole.live_context_replayed_before,
         live_context_replayed=whole.live_context_replayed, live_running_shown=whole.live_running_shown,
         live_running_replayed=whole.live_running_replayed, live_running_matches=whole.live_running_matches,

@@ -356,6 +356,7 @@ def test_a_server_that_queued_more_than_the_replay_is_replayed_heavier_until_it_
     assert curve.queue_shown == pytest.approx(1 / 3) and curve.queue_replayed == 0.0
     assert curve.queue_load is not None and 1.06 <= curve.queue_load <= 1.06 * 1.02  # bisected to within 2%
     assert curve.trend_load == pytest.approx(curve.queue_load)  # followed like a trend
+    assert (curve.window_seconds, curve.requests) == (1000.0, 1000)  # the window replayed, not the heavier one's
     assert curve.reads_both_plateaus and curve.width_lower >= 1.2 and curve.chosen_ratio > 1.2
     assert curve.gain == pytest.approx(2.0)  # the live ratio halves on the traffic as heavy as the server's
     at_live = [window for window, r in runs if r == 0.9 and window < 1000.0]
