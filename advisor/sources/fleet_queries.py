@@ -25,9 +25,7 @@ from typing import Any
 from advisor.model.serving import ServingConfig, slots_per_request
 from advisor.scrub import NAME_CHARS, scrub_text
 from advisor.sources.metrics import (
-    HISTOGRAM_FAMILIES as PARSED_HISTOGRAMS,
-)
-from advisor.sources.metrics import (
+    HISTOGRAM_FAMILIES,
     PHASE_FAMILIES,
     RANK_FAMILIES,
     TOKENIZER_COUNTERS,
@@ -48,7 +46,6 @@ from advisor.sources.server_info import ServerInfo, ServerShard
 # (`max`, as the parser keeps the lowest rank's) and the DP ranks are summed. Of its 41 buckets only the edges the
 # replay's queue check reads are asked for (QUEUE_TIME_EDGES, the queue bound, plus +Inf, _sum and _count): the
 # share that waited beyond the bound is the same from them as from all 41, at a tenth of a fleet's rows.
-HISTOGRAM_FAMILIES: Mapping[str, str] = PARSED_HISTOGRAMS
 SCHEDULER_HISTOGRAMS = frozenset({"sglang:queue_time_seconds"})
 QUEUE_TIME_EDGES: tuple[float, ...] = (10.0,)  # advisor.scheduler.engine.DEFAULT_QUEUE_TIME_BOUND, an SGLang edge
 
