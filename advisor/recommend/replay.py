@@ -905,7 +905,8 @@ def _queue_check(server: SchedulerServerConfig, picture: TrafficPicture, at_live
     queue_load_max where that is not enough) and bisected in log for the rest of `queue_rounds` runs: the load
     tried whose share is nearest the server's. A replay that queues more than the server is left as it is: the
     curve it reads is the safer one (made lighter to match, on the watched metrics-only protocol, the replay
-    moved eight rows, five down, heavy-tail outputs s2 95.3% -> 91.8%)."""
+    moved eight rows, five down, heavy-tail outputs s2 95.3% -> 91.8%: the trial of the session that wrote this
+    check, on the older count of finished requests' whole waits and a 2-point margin)."""
     if picture.live_queue_times is None:
         return _QueueCheck(None, None, None, 0)
     shown = queue_share_over(*picture.live_queue_times, settings.queue_time_bound)
