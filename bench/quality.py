@@ -214,6 +214,7 @@ class Row:
     replay_queue_shown: float | None = None
     replay_queue_replayed: float | None = None
     replay_queue_load: float | None = None
+    replay_work_scale: float | None = None  # the factor a metrics-only picture's outputs were scaled by
 
 
 # ------------------------------------------------------------------------------------------ simulation
@@ -482,6 +483,7 @@ def evaluate(case: Case, args: argparse.Namespace, cached: dict[str, Any] | None
         replay_queue_shown=rec.replay_queue_shown if rec is not None else None,
         replay_queue_replayed=rec.replay_queue_replayed if rec is not None else None,
         replay_queue_load=rec.replay_queue_load if rec is not None else None,
+        replay_work_scale=rec.replay_work_scale if rec is not None else None,
     )
     return row, {"points": curve.points, "formula_ratio": curve.formula_ratio, "formula": curve.formula,
                  "default": curve.default}

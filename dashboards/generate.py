@@ -267,12 +267,16 @@ def what_if_panels() -> list[Any]:
         "the window as observed are on their plateaus: the traffic to come is heavier than the window's mean. "
         "Empty without a trend. Beside it, the load the window was replayed at because the server queued more than "
         "the replay did (its queue-time histogram showed more requests waiting beyond the queue bound at the live "
-        "ratio): that heavier traffic decides with the window the same way. Metrics: "
-        "sglang_advisor_traffic_trend_load_ratio, sglang_advisor_replay_queue_load_ratio.",
+        "ratio): that heavier traffic decides with the window the same way. And the factor a metrics-only "
+        "picture's output lengths were scaled by so that its replay at the live ratio admits requests at the rate "
+        "the server did (a full state pool admits at its slots' turnover, which the outputs set). Metrics: "
+        "sglang_advisor_traffic_trend_load_ratio, sglang_advisor_replay_queue_load_ratio, "
+        "sglang_advisor_replay_work_scale_ratio.",
         "none", [query(advisor("sglang_advisor_traffic_trend_load_ratio"), "A", "{{server}} trend"),
-                 query(advisor("sglang_advisor_replay_queue_load_ratio"), "B", "{{server}} as the server queued")],
+                 query(advisor("sglang_advisor_replay_queue_load_ratio"), "B", "{{server}} as the server queued"),
+                 query(advisor("sglang_advisor_replay_work_scale_ratio"), "C", "{{server}} output scale")],
         12, 6)
-        .decimals(2).min(1))
+        .decimals(2).min(0.75))
     return [gain, width, regime, trend]
 
 

@@ -132,6 +132,13 @@ _GAUGES: tuple[tuple[str, str, StatusField], ...] = (
         _from_recommendation(lambda r: r.replay_queue_load),
     ),
     (
+        "replay_work_scale_ratio",
+        "Factor the what-if replay scaled its metrics-only picture's output lengths by so that, at the live ratio, it "
+        "admits requests at the rate the server's queue-time histogram counted (absent: it did without, or the "
+        "lengths came from request logs); a full state pool admits at its slots' turnover, which the outputs set.",
+        _from_recommendation(lambda r: r.replay_work_scale),
+    ),
+    (
         "observed_max_running_requests",
         "max_running_requests the server reports per DP worker (its effective concurrency clamp).",
         _from_recommendation(lambda r: r.observed_max_running_requests),

@@ -277,6 +277,9 @@ def _recommend(
         rec.replay_live_running_replayed = replay.live_running_replayed
         rec.replay_queue_shown, rec.replay_queue_replayed = replay.queue_shown, replay.queue_replayed
         rec.replay_queue_load = replay.queue_load
+        rec.replay_admission_rate_shown = replay.admission_rate_shown
+        rec.replay_admission_rate_replayed = replay.admission_rate_replayed
+        rec.replay_work_scale = replay.work_scale
         shown_running, replayed_running = replay.live_running_shown, replay.live_running_replayed
         contradicted = live_ratio is not None and _replay_contradicted(replay, summary, settings)
         if replay.live_running_matches is False and shown_running and replayed_running and not contradicted:

@@ -120,6 +120,16 @@ class ReplaySettings:
     queue_first_load: float = 1.25
     queue_load_max: float = 2.0
     queue_rounds: int = 6
+    # A metrics-only picture draws each request's output from the histograms of the finishes, and a heavy tail's few
+    # hundred finishes put the window's mean output some percent off. Where the state pool is full that is the
+    # slots' turnover, so the queue and the ratio move with it. The server's admission rate is shown (its queue-time
+    # histogram's count): where the replay at the live ratio admits at another rate over its measured part, by more
+    # than work_tolerance, and is not held back by KV, the picture's outputs are scaled by
+    # replayed over shown rate (a slot is held for its output's steps), at most work_scale_max either way, in up to
+    # work_rounds runs at the live ratio (`_work_matched`).
+    work_tolerance: float = 0.015
+    work_scale_max: float = 1.25
+    work_rounds: int = 2
 
     def __post_init__(self) -> None:
         if (not self.span > 1 or self.points < 3 or not 0 <= self.warmup_fraction < 1 or self.edge_margin < 1
@@ -128,13 +138,15 @@ class ReplaySettings:
                 or self.calibration_running_factor < 1 or self.headroom < 1 or self.headroom_max < self.headroom
                 or not self.trend_seconds > 0 or not 0 <= self.picture_spread < 1
                 or not 0 <= self.queue_margin < 1 or not 1 <= self.queue_first_load <= self.queue_load_max
-                or self.queue_rounds < 0):
+                or self.queue_rounds < 0 or not self.work_tolerance >= 0 or self.work_scale_max < 1
+                or self.work_rounds < 0):
             raise ValueError("replay: span must be > 1, points >= 3, warmup_fraction in [0, 1), edge_margin, "
                              "min_move and cliff_margin >= 1, cliff_keep_margin >= cliff_margin, "
                              "sharp_refinements >= 0, calibration_tolerance > 0, calibration_rounds >= 0, "
                              "calibration_running_factor >= 1, headroom >= 1, headroom_max >= headroom, "
                              "trend_seconds > 0, picture_spread in [0, 1), queue_margin in [0, 1), "
-                             "1 <= queue_first_load <= queue_load_max, queue_rounds >= 0")
+                             "1 <= queue_first_load <= queue_load_max, queue_rounds >= 0, work_tolerance >= 0, "
+                             "work_scale_max >= 1, work_rounds >= 0")
 
 
 @dataclass(frozen=True)
@@ -213,6 +225,12 @@ class ReplayCurve:
     queue_shown: float | None = None
     queue_replayed: float | None = None
     queue_load: float | None = None
+    # The server's admission rate over the replay's measured part (requests/s, from its queue-time histogram), the
+    # replay's at the live ratio as the picture was drawn, and where they differed, the factor its outputs were
+    # scaled by to match (`_work_matched`; None: not scaled).
+    admission_rate_shown: float | None = None
+    admission_rate_replayed: float | None = None
+    work_scale: float | None = None
     # A metrics-only picture is one draw of the traffic the histograms allow: where `points` are this draw's scores
     # averaged with the previous replay's (`remembered_curve`), this replay's own, and how many draws `points` hold.
     draw_points: list[CurvePoint] | None = None
@@ -393,8 +411,96 @@ class LiveCalibration:
         return self.shown_running / factor <= self.replayed_running <= self.shown_running * factor
 
 
+@dataclass(frozen=True)
+class WorkMatch:
+    shown: float  # the server's admission rate over the replay's measured part, requests/s
+    replayed: float  # the replay's at the live ratio, as the picture was drawn
+    scale: float | None  # the factor the outputs were scaled by (None: they were left as drawn)
+    runs: int  # the runs at the live ratio it added
+
+
+def _shown_admission_rate(picture: TrafficPicture, start: float) -> tuple[float, float] | None:
+    """The server's admissions from `start` to the window's end (each interval's count, the part of it after
+    `start` pro rata) over those seconds, and the count; None without the series or a span."""
+    if picture.live_admissions is None:
+        return None
+    count, seconds = 0.0, 0.0
+    for begin, end, admitted in picture.live_admissions:
+        inside = end - max(begin, start)
+        if inside > 0 and end > begin:
+            count += admitted * inside / (end - begin)
+            seconds += inside
+    return (count / seconds, count) if seconds > 0 else None
+
+
+def _admission_rate(result: SimResult) -> float | None:
+    measured = result.duration - result.warmup
+    return result.admitted_requests / measured if measured > 0 else None
+
+
+def _scaled_outputs(picture: TrafficPicture, factor: float) -> TrafficPicture:
+    fixed = set(picture.fixed_outputs)
+    return replace(picture, requests=[
+        r if index in fixed else replace(r, output_tokens=max(1, int(round(r.output_tokens * factor))))
+        for index, r in enumerate(picture.requests)])
+
+
+def _work_matched(server: SchedulerServerConfig, picture: TrafficPicture, at_live: SimResult, live_ratio: float,
+                  settings: ReplaySettings, run_many: RunMany) -> tuple[TrafficPicture, SimResult, WorkMatch | None]:
+    """The metrics-only picture whose replay at the live ratio admits requests at the rate the server did over
+    the replay's measured part, with that replay's result. Where the state pool is full, a request's slot is held
+    for its prefill and its output's steps, so admissions are the slots' turnover and a picture whose outputs are
+    some percent too long (the mean of a few hundred heavy-tailed finishes) admits that much slower and queues
+    where the server did not; one too short the other way. The outputs are scaled by the replayed rate over the
+    shown one, then by the secant through the two tries, while the rates differ by more than `work_tolerance` (the
+    count is what the server did, not a sample of it: the watched timeline replayed admits at its rate exactly).
+    Left as drawn where KV held admission back more than the slots
+    (the outputs' length then sets the KV demand, not the turnover), or where the rates already agree: an
+    unsaturated replay admits what arrives, which the picture's arrivals match."""
+    shown = _shown_admission_rate(picture, at_live.warmup)
+    replayed = _admission_rate(at_live)
+    if picture.source != "metrics" or shown is None or replayed is None or not shown[0] > 0 or not replayed > 0:
+        return picture, at_live, None
+    rate, count = shown
+    tolerance = settings.work_tolerance
+
+    def off(result_rate: float) -> float:
+        return abs(result_rate / rate - 1.0)
+
+    unchanged = WorkMatch(rate, replayed, None, 0)
+    if (settings.work_rounds == 0 or off(replayed) <= tolerance
+            or at_live.kv_bound_fraction > at_live.state_bound_fraction):
+        return picture, at_live, unchanged
+    low, high = 1.0 / settings.work_scale_max, settings.work_scale_max
+    tried: list[tuple[float, float]] = [(1.0, replayed)]  # (scale, the replay's rate)
+    best = (off(replayed), 1.0, picture, at_live)
+    for _ in range(settings.work_rounds):
+        scale, last = tried[-1]
+        aim = scale * last / rate  # a slot's hold goes as the output: the rate as one over the scale
+        if len(tried) > 1 and not math.isclose(tried[-2][1], last):
+            slope = (scale - tried[-2][0]) / (last - tried[-2][1])
+            secant = scale + (rate - last) * slope
+            if slope < 0:
+                aim = secant
+        aim = min(max(aim, low), high)
+        if any(math.isclose(aim, done) for done, _ in tried):
+            break
+        candidate = _scaled_outputs(picture, aim)
+        result = run_many(server, candidate, [live_ratio], settings)[0]
+        measured = _admission_rate(result)
+        if measured is None or not measured > 0:
+            break
+        tried.append((aim, measured))
+        if off(measured) < best[0]:
+            best = (off(measured), aim, candidate, result)
+        if off(measured) <= tolerance:
+            break
+    _, scale, matched, result = best
+    return matched, result, WorkMatch(rate, replayed, scale if scale != 1.0 else None, len(tried) - 1)
+
+
 def calibrated_picture(server: SchedulerServerConfig, picture: TrafficPicture, live_ratio: float,
-                       settings: ReplaySettings, run_many: RunMany = run_ratios,
+                       settings: ReplaySettings, run_many: RunMany = run_ratios, at_live: SimResult | None = None,
                        ) -> tuple[TrafficPicture, SimResult, LiveCalibration | None]:
     """The picture whose replay at the live ratio shows the running batch's mean length the server showed, with
     that replay's result. The picture pairs outputs to the shown length by a step-weighted formula, but the
@@ -402,7 +508,7 @@ def calibrated_picture(server: SchedulerServerConfig, picture: TrafficPicture, l
     the replay measures the gap, and the outputs are dealt out again towards the formula's value scaled by it.
     Without a shown length, the picture as it is (no calibration); the same where the replay's running batch is
     not the server's (its mean running requests off by more than `calibration_running_factor`)."""
-    result = run_many(server, picture, [live_ratio], settings)[0]
+    result = at_live if at_live is not None else run_many(server, picture, [live_ratio], settings)[0]
     shown = picture.live_context
     if shown is None or not shown > 0:
         return picture, result, None
@@ -573,7 +679,7 @@ def replay_curve(
     # regime's first minutes from empty). The server's running batch over the window says nothing of its part, so
     # it is not paired again (the window's pairing stands).
     recent = replace(tiled(picture_since(calibrated, start), calibrated.window_seconds),
-                     live_context=None, live_running=None, live_queue_times=None)
+                     live_context=None, live_running=None, live_queue_times=None, live_admissions=None)
     scale = _mean_size(calibrated.requests) / _mean_size(recent.requests)  # r* goes as 1 / L
     own, _, _ = _window_curve(server, recent, prior_ratio=prior_ratio * scale, live_ratio=live_ratio,
                               settings=settings, run_many=run_many,
@@ -726,7 +832,8 @@ def _with_window(other: ReplayCurve, whole: ReplayCurve, **marks: Any) -> Replay
         calibration_rounds=whole.calibration_rounds, window_plateau=(whole.width_lower, whole.width_upper),
         other_runs=whole.runs - whole.calibration_rounds,  # its re-pairings are calibration_rounds now
         queue_shown=whole.queue_shown, queue_replayed=whole.queue_replayed, queue_load=whole.queue_load,
-        **marks,
+        admission_rate_shown=whole.admission_rate_shown, admission_rate_replayed=whole.admission_rate_replayed,
+        work_scale=whole.work_scale, **marks,
     )
 
 
@@ -740,7 +847,8 @@ def _followed_trend(server: SchedulerServerConfig, whole: ReplayCurve, picture: 
     load = recent
     if not settings.follow_trend or not load > 1.0:
         return whole
-    ahead_picture = replace(heavier(picture, load), live_context=None, live_running=None, live_queue_times=None)
+    ahead_picture = replace(heavier(picture, load), live_context=None, live_running=None, live_queue_times=None,
+                            live_admissions=None)
     ahead, _, _ = _window_curve(server, ahead_picture, prior_ratio=prior_ratio, live_ratio=live_ratio,
                                 settings=settings, run_many=run_many, heavier_pair=False,
                                 also=(whole.width_lower, whole.chosen_ratio, whole.width_upper))
@@ -773,10 +881,15 @@ def _window_curve(
     first = list(ratios)
     results: dict[float, SimResult] = {}
     calibration = None
+    work: WorkMatch | None = None
     if live_ratio is not None and live_ratio > 0:
-        # the live ratio first: the picture is checked against what the server showed there
+        # the live ratio first: the picture is checked against what the server showed there, its admission rate
+        # (the work its outputs carry), then its running batch's length (how they pair with the prompts)
+        at_live = run_many(server, picture, [live_ratio], settings)[0]
+        if settings.work_rounds > 0:
+            picture, at_live, work = _work_matched(server, picture, at_live, live_ratio, settings, run_many)
         picture, results[live_ratio], calibration = calibrated_picture(server, picture, live_ratio, settings,
-                                                                       run_many)
+                                                                       run_many, at_live=at_live)
         first = [r for r in first if r != live_ratio]
     results.update(zip(first, run_many(server, picture, first, settings), strict=True))
 
@@ -879,7 +992,9 @@ def _window_curve(
         calibration_rounds=calibration.rounds if calibration else 0,
         headroom_gain=headroom_gain, headroom=headroom if headroom_gain is not None else 1.0,
         plateau_tolerance=tolerance_of(best),
-        queue_shown=queue.shown, queue_replayed=queue.replayed, queue_load=queue.load, other_runs=queue.runs,
+        queue_shown=queue.shown, queue_replayed=queue.replayed, queue_load=queue.load,
+        admission_rate_shown=work.shown if work else None, admission_rate_replayed=work.replayed if work else None,
+        work_scale=work.scale if work else None, other_runs=queue.runs + (work.runs if work else 0),
     ), picture, load
 
 

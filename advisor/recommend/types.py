@@ -79,6 +79,12 @@ class Recommendation:
     replay_queue_shown: float | None = None
     replay_queue_replayed: float | None = None
     replay_queue_load: float | None = None
+    # The server's admission rate (requests/s, its queue-time histogram's count) over the replay's measured part, the
+    # replay's at the live ratio as its metrics-only picture was drawn, and where they differed, the factor the
+    # picture's outputs were scaled by to match (a full state pool admits at its slots' turnover).
+    replay_admission_rate_shown: float | None = None
+    replay_admission_rate_replayed: float | None = None
+    replay_work_scale: float | None = None
     notes: list[str] = field(default_factory=list)  # for people, in the order said
     note_codes: list[str] = field(default_factory=list)  # NOTE_CODES of the notes that carry one: what tests and tools read
 

@@ -117,7 +117,7 @@ def series_keys(advisor: Advisor) -> set[tuple[str, tuple[tuple[str, str], ...]]
 # decision, and two samplings of the same server may read it either side (CI saw a trend in the store's alone).
 SITUATIONAL_SERIES = frozenset({
     "sglang_advisor_traffic_regime_age_seconds", "sglang_advisor_traffic_trend_load_ratio",
-    "sglang_advisor_replay_queue_load_ratio",
+    "sglang_advisor_replay_queue_load_ratio", "sglang_advisor_replay_work_scale_ratio",
 })
 
 

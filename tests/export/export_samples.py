@@ -67,6 +67,7 @@ def drifted_status(
             replay_queue_shown=0.3,
             replay_queue_replayed=0.01,
             replay_queue_load=1.12,
+            replay_work_scale=0.96,
             token_equiv=4080.0,
             slots_per_request=5,
             recommended_max_mamba_cache_size=None,

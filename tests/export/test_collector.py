@@ -44,6 +44,7 @@ CONTRACT_NAMES = {
     "sglang_advisor_predicted_goodput_gain_ratio",
     "sglang_advisor_goodput_curve_width_ratio", "sglang_advisor_traffic_regime_age_seconds",
     "sglang_advisor_traffic_trend_load_ratio", "sglang_advisor_replay_queue_load_ratio",
+    "sglang_advisor_replay_work_scale_ratio",
     "sglang_advisor_context_length_tokens",
     "sglang_advisor_context_length_mean_tokens", "sglang_advisor_context_length_spikiness",
     "sglang_advisor_retractions_per_second", "sglang_advisor_state_pool_saturation_ratio",

@@ -142,7 +142,8 @@ def test_what_if_replay_row_shows_the_replay_metrics(dashboard):
     queried = [{name for target in panel["targets"] for name in metric_names(target["expr"])} for panel in replay]
     assert queried == [{"sglang_advisor_predicted_goodput_gain_ratio"}, {"sglang_advisor_goodput_curve_width_ratio"},
                        {"sglang_advisor_traffic_regime_age_seconds"},
-                       {"sglang_advisor_traffic_trend_load_ratio", "sglang_advisor_replay_queue_load_ratio"}]
+                       {"sglang_advisor_traffic_trend_load_ratio", "sglang_advisor_replay_queue_load_ratio",
+                        "sglang_advisor_replay_work_scale_ratio"}]
     assert all(panel["type"] == "timeseries" for panel in replay)
 
 

@@ -734,3 +734,48 @@ def test_a_dip_within_twice_the_noise_between_two_best_stretches_is_part_of_the_
         assert 0.8 < curve.chosen_ratio < 1.6
     else:
         assert 0.5 <= curve.width_lower < curve.width_upper <= 0.8
+
+
+def test_a_metrics_only_pictures_outputs_are_scaled_until_its_replay_admits_at_the_servers_rate():
+    """Heavy-tailed answers fill the default server's state pool at the live 0.9: there a request's slot is held for
+    its output's steps, and the server admits at its slots' turnover. A picture whose outputs are 8% too long (the
+    mean of a few hundred finishes of a heavy tail is that far off) admits slower; its outputs are scaled until its
+    replay admits at the server's rate, and the scaled picture then queues as the watched traffic did. The same
+    picture from a request log (exact lengths), or with the check off, is left as it is."""
+    from advisor.recommend.replay import _admission_rate, _work_matched
+    from advisor.sim.workload import load_workload
+
+    server = load_server_config("default")
+    settings = ReplaySettings()
+    window = 900.0
+    truth = load_workload("heavy-tail-outputs").requests(1, window)
+    watched = _run(server, TrafficPicture(truth, window, "truth"), 0.9, settings)
+    assert watched.state_bound_fraction > 0.5 and watched.kv_bound_fraction < watched.state_bound_fraction
+    warm = watched.warmup
+    admissions = ((0.0, warm, 60.0), (warm, window, float(watched.admitted_requests)))
+    longer = [replace(r, output_tokens=round(r.output_tokens * 1.08)) for r in truth]
+    picture = TrafficPicture(longer, window, "metrics", live_admissions=admissions)
+    at_live = _run(server, picture, 0.9, settings)
+    drawn_rate = _admission_rate(at_live)
+    assert drawn_rate is not None and drawn_rate < _admission_rate(watched) * (1 - settings.work_tolerance)
+    matched, result, work = _work_matched(server, picture, at_live, 0.9, settings,
+                                          lambda s, p, rs, st: [_run(s, p, r, st) for r in rs])
+    assert work is not None and work.scale is not None and 1 <= work.runs <= settings.work_rounds
+    assert work.shown == pytest.approx(_admission_rate(watched))
+    assert work.scale == pytest.approx(1 / 1.08, abs=0.03)
+    assert _admission_rate(result) == pytest.approx(work.shown, rel=settings.work_tolerance)
+    assert sum(r.output_tokens for r in matched.requests) == pytest.approx(sum(r.output_tokens for r in truth), rel=0.03)
+    queued = {name: r.admitted_over_bound_requests / r.admitted_requests
+              for name, r in (("watched", watched), ("drawn", at_live), ("matched", result))}
+    assert abs(queued["matched"] - queued["watched"]) < abs(queued["drawn"] - queued["watched"]) / 2, queued
+    # exact lengths, or the check off: left as drawn
+    for source, rounds in (("request_log", 2), ("metrics", 0)):
+        other = replace(picture, source=source)
+        same, kept, none = _work_matched(server, other, at_live, 0.9, replace(settings, work_rounds=rounds),
+                                         lambda *_: pytest.fail("no run expected"))
+        assert same is other and kept is at_live and (none is None or none.scale is None)
+    # the curve reports what it matched
+    curve = replay_curve(server, picture, prior_ratio=3.0, live_ratio=0.9, settings=settings)
+    assert curve is not None and curve.work_scale == pytest.approx(work.scale)
+    assert curve.admission_rate_shown == pytest.approx(work.shown)
+    assert curve.admission_rate_replayed == pytest.approx(drawn_rate)
