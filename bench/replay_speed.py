@@ -8,7 +8,8 @@ in the daemon's process with the shown length `--shown-gap` above the replay's o
 extra runs. The server's queue is checked there too: the `queue` columns time the replay with the server's
 queue-time histogram showing `--queue-gap` more of its requests beyond the bound than the replay's own (0 to
 skip), which brackets and bisects a heavier load at the live ratio and replays the whole curve that heavy too,
-and count the runs it adds.
+and count the runs it adds. The `work` columns time it with the server's admission rate `--work-gap` above the
+replay's own (a metrics-only picture's outputs scaled until the replay admits as fast; 0 to skip).
 
 Two last rows time the daemon's 30-minute window 15 minutes after a regime shift, where the new regime is replayed
 on its own too, and a window whose last 5 minutes came 1.4x faster (a ramp), where the window is replayed that
@@ -47,6 +48,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="the shown batch length over the replay's own for the calibrated timing (0: skip)")
     parser.add_argument("--queue-gap", type=float, default=0.25,
                         help="the server's share queued beyond the bound over the replay's, for the queue timing (0: skip)")
+    parser.add_argument("--work-gap", type=float, default=0.05,
+                        help="the server's admission rate over the replay's, for the work timing (0: skip)")
     parser.add_argument("--no-shift-row", dest="shift_row", action="store_false",
                         help="skip the rows of a 30-minute window 15 minutes after a regime shift and of a rising one")
     args = parser.parse_args(argv)
@@ -59,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
         timing += f" {'calib s':>7s} {'+runs':>5s}"
     if args.queue_gap > 0:
         timing += f" {'queue s':>7s} {'+runs':>5s}"
+    if args.work_gap > 0:
+        timing += f" {'work s':>7s} {'+runs':>5s}"
     print(f"{'workload':22s} {'observed':>8s} {'replayed':>8s} {'runs':>4s}{timing}  chosen r (prior)")
     rows = [(name, load_workload(name).requests(1, args.window), args.window) for name in args.workloads.split(",")]
     if args.shift_row:
@@ -73,13 +78,13 @@ def main(argv: list[str] | None = None) -> int:
                   for r in load_workload("steady-chat").requests(1, 1920.0)]
         rows.append(("steady-chat, rising", rising, 1800.0))
     for name, requests, window in rows:
-        _time_row(name, requests, window, server, workers, args.shown_gap, args.queue_gap)
+        _time_row(name, requests, window, server, workers, args.shown_gap, args.queue_gap, args.work_gap)
     replay_pool.shutdown()
     return 0
 
 
 def _time_row(name: str, requests: list[RequestSpec], window: float, server: SchedulerServerConfig, workers: list[int],
-              shown_gap: float, queue_gap: float) -> None:
+              shown_gap: float, queue_gap: float, work_gap: float = 0.0) -> None:
     """One line: the replay of `window` seconds of `requests` timed at each worker count (and calibrated)."""
     # through the daemon's traffic picture, so its cap on replayed requests applies
     traffic = TrafficEstimator(TrafficSettings(window_seconds=window))
@@ -119,6 +124,19 @@ def _time_row(name: str, requests: list[RequestSpec], window: float, server: Sch
         started = time.perf_counter()
         checked = replay_curve(server, queued, prior_ratio=prior, live_ratio=0.9)
         added = checked.runs - curve.runs if checked else 0
+        cells += f" {time.perf_counter() - started:7.2f} {added:5d}"
+    if work_gap > 0:
+        settings = ReplaySettings()
+        own = run_ratios(server, picture, [0.9], settings)[0]
+        warmup = window * settings.warmup_fraction
+        admitted = own.admitted_requests * (1 + work_gap)
+        unshown = replace(picture, source="metrics")
+        plain = replay_curve(server, unshown, prior_ratio=prior, live_ratio=0.9)
+        busier = replace(unshown, live_queue_times=((float("inf"),), (admitted,)),
+                         live_queue_series=((warmup, window, (admitted,)),))
+        started = time.perf_counter()
+        matched = replay_curve(server, busier, prior_ratio=prior, live_ratio=0.9)
+        added = matched.runs - plain.runs if matched and plain else 0
         cells += f" {time.perf_counter() - started:7.2f} {added:5d}"
     regime = f", regime {curve.regime_seconds:.0f} s" if curve.regime_seconds is not None else ""
     regime += f", trend {curve.trend_load:.2f}x" if curve.trend_load is not None else ""

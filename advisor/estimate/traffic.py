@@ -216,11 +216,11 @@ class TrafficPicture:
     # The server's queue-time histogram over the window (bucket upper bounds in seconds, counts), when it showed
     # one: the replay at the live ratio checks its own queue against it.
     live_queue_times: tuple[tuple[float, ...], tuple[float, ...]] | None = None
-    # The same histogram's count per scrape interval: (start, end, requests admitted), in seconds from the window's
-    # start. SGLang observes a request's wait once, as its first forward begins, so this is the server's admission
-    # rate through the window, which under a full state pool is its slots' turnover: the replay at the live ratio
-    # checks its own against it (`recommend/replay.py` `_work_matched`).
-    live_admissions: tuple[tuple[float, float, float], ...] | None = None
+    # The same histogram per scrape interval of its layout: (start, end, counts), in seconds from the window's start.
+    # SGLang observes a request's wait once, as its first forward begins, so the counts are the server's admissions
+    # through the window (under a full state pool, its slots' turnover), and the replay, which measures only after
+    # its warmup, reads the server's over the same part (`recommend/replay.py` `_shown_queue`).
+    live_queue_series: tuple[tuple[float, float, tuple[float, ...]], ...] | None = None
 
     @property
     def arrival_rate(self) -> float:
@@ -627,12 +627,16 @@ def _pooled_queue_times(bins: Sequence[TrafficBin]) -> tuple[tuple[float, ...], 
     return layout, tuple(float(c) for c in counts)
 
 
-def _admissions(bins: Sequence[TrafficBin], start: float) -> tuple[tuple[float, float, float], ...] | None:
-    """Each bin's requests admitted (its queue-time histogram's count) with the bin's span from `start`, for the
-    bins that showed the histogram (SGLang's, being labelled, appears with its first observation); None when none
+def _queue_series(bins: Sequence[TrafficBin], start: float,
+                  ) -> tuple[tuple[float, float, tuple[float, ...]], ...] | None:
+    """Each bin's queue-time histogram with the bin's span from `start`, for the bins that showed it in the layout
+    the window's pooled one has (SGLang's, being labelled, appears with its first observation); None when none
     did."""
-    shown = tuple((b.start - start, b.end - start, float(sum(b.queue_counts))) for b in bins if b.queue_bounds)
-    return shown or None
+    pooled = _pooled_queue_times(bins)
+    if pooled is None:
+        return None
+    return tuple((b.start - start, b.end - start, tuple(float(c) for c in b.queue_counts))
+                 for b in bins if b.queue_bounds == pooled[0])
 
 
 def _mean_live_batch(bins: Sequence[TrafficBin]) -> tuple[float, float] | None:
@@ -1002,7 +1006,7 @@ class TrafficEstimator:
         return TrafficPicture(requests=requests, window_seconds=window, source="metrics", backlog=backlog,
                               live_context=target, live_running=running,
                               fixed_outputs=tuple(sorted(continued)), live_queue_times=_pooled_queue_times(bins),
-                              live_admissions=_admissions(bins, start))
+                              live_queue_series=_queue_series(bins, start))
 
     @staticmethod
     def _length_source(index: int, with_lengths: Sequence[int], bins: Sequence[TrafficBin], mature: int,

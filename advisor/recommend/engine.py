@@ -294,6 +294,14 @@ def _recommend(
                 f"request where the server showed {replay.live_context_shown:,.0f}: outputs paired again to the "
                 f"prompts ({replay.live_context_replayed:,.0f})"
             )
+        if (replay.work_scale is not None and replay.admission_rate_shown is not None
+                and replay.admission_rate_replayed is not None):
+            notes.append(
+                f"the replay at the live r admitted {replay.admission_rate_replayed:.3g} requests/s where the server "
+                f"admitted {replay.admission_rate_shown:.3g} (its queue-time histogram's count): the picture's "
+                f"outputs scaled by {replay.work_scale:.3g} to match, as a full state pool admits at its slots' "
+                f"turnover"
+            )
         read = _plateaus_read(replay)
         if read:
             notes.append(read)

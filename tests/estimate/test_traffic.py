@@ -511,14 +511,15 @@ def test_the_windows_queue_time_histogram_says_what_share_waited_beyond_a_bound(
     assert bounds == QUEUE_BOUNDS and counts == (140.0, 40.0, 10.0, 10.0, 0.0)
     assert queue_share_over(bounds, counts, 10.0) == pytest.approx(0.05)
     # and each interval's count, the server's admissions through the window, from its start
-    assert picture.live_admissions == tuple((15.0 * i, 15.0 * (i + 1), 10.0) for i in range(20))
+    assert picture.live_queue_series == tuple(
+        (15.0 * i, 15.0 * (i + 1), (6.0, 2.0, 1.0, 1.0, 0.0) if i % 2 else (8.0, 2.0, 0.0, 0.0, 0.0)) for i in range(20))
     assert queue_share_over(bounds, counts, 7.5) == pytest.approx(0.075)  # half the (5, 10] bucket
     assert queue_share_over(bounds, counts, 0.0) == pytest.approx(1.0)
     assert queue_share_over(bounds, (0.0,) * 5, 10.0) is None
     assert queue_share_over((1.0, float("inf")), (5.0, 5.0), 60.0) == pytest.approx(0.5)  # beyond the last edge
     assert TrafficEstimator.from_dict(traffic.to_dict()).picture(seed=1) == picture
     assert _chat_and_documents(40, None).picture(seed=4).live_queue_times is None
-    assert _chat_and_documents(40, None).picture(seed=4).live_admissions is None
+    assert _chat_and_documents(40, None).picture(seed=4).live_queue_series is None
 
 
 def test_a_handful_of_scrapes_of_the_running_batch_leaves_the_pairing_as_drawn():

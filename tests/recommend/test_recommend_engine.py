@@ -455,3 +455,18 @@ def test_after_a_regime_shift_the_recommendation_says_which_plateaus_it_read():
     assert any("the new regime decides" in note for note in _recommend_on(apart, est, now).notes)
     assert not any("changed character" in note for note in _recommend_on(replace(both, regime_seconds=None), est,
                                                                           now).notes)
+
+
+def test_a_replay_whose_outputs_were_scaled_to_the_servers_admissions_says_so_and_exports_the_factor():
+    est, now = run([[(8192, 1024)] * 600])
+    points = [(0.9, 1000.0), (1.2, 1200.0), (1.6, 1300.0), (2.4, 1280.0), (4.0, 900.0)]
+    scaled = replace(_curve(points, 1.6, live=0.9, lower=1.4, upper=2.3, prior=1.7), work_scale=0.97,
+                     admission_rate_shown=1.01, admission_rate_replayed=0.98)
+    rec = _recommend_on(scaled, est, now)
+    assert (rec.replay_work_scale, rec.replay_admission_rate_shown, rec.replay_admission_rate_replayed) == (
+        0.97, 1.01, 0.98)
+    assert any("admitted 0.98 requests/s where the server admitted 1.01" in note and "scaled by 0.97" in note
+               for note in rec.notes)
+    matched = _recommend_on(replace(scaled, work_scale=None), est, now)
+    assert matched.replay_work_scale is None and matched.replay_admission_rate_shown == 1.01
+    assert not any("requests/s where the server admitted" in note for note in matched.notes)

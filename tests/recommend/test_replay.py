@@ -6,7 +6,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from advisor.estimate.traffic import TrafficPicture
+from advisor.estimate.traffic import TrafficPicture, queue_share_over
 from advisor.recommend.replay import (
     CurvePoint,
     ReplayCurve,
@@ -331,7 +331,8 @@ def _queueing_under_load(window: float, knee: float):
 
         def slo(r):
             return 500.0 if r < 0.6 or (load >= knee and r < 1.2) else 1000.0
-        return [dc_replace(template, ratio=r, completed_requests=1000, admitted_requests=1000, admitted_over_bound_requests=round(1000 * share),
+        return [dc_replace(template, ratio=r, duration=picture.window_seconds, warmup=0.1 * picture.window_seconds,
+                           completed_requests=1000, admitted_requests=1000, admitted_over_bound_requests=round(1000 * share),
                            goodput_tokens_per_second=slo(r), slo_goodput_tokens_per_second=slo(r)) for r in ratios]
     return run_many, runs
 
@@ -374,6 +375,28 @@ def test_a_server_that_queued_more_than_the_replay_is_replayed_heavier_until_it_
     assert off is not None and off.queue_load is None and off.queue_shown == pytest.approx(1 / 3)
     with pytest.raises(ValueError, match="queue_first_load"):
         ReplaySettings(queue_first_load=3.0, queue_load_max=2.0)
+
+
+def test_the_servers_queue_is_read_over_the_part_of_the_window_the_replay_measures():
+    """A queue that builds through the window: in its first tenth nobody waited past the bound, after it a third of
+    the requests did. The replay leaves its first tenth out (it starts empty), so the server's share it checks
+    against is the third over the same part, not the 30% the whole window's histogram holds."""
+    server = load_server_config("default")
+    requests = [RequestSpec(float(t), 100, 10, 100) for t in range(1000)]
+    calm, queued = _queue_histogram(0.0)[1], _queue_histogram(1 / 3)[1]
+    series = tuple((100.0 * i, 100.0 * (i + 1), calm if i == 0 else queued) for i in range(10))
+    pooled = tuple(sum(interval[2][k] for interval in series) for k in range(5))
+    picture = TrafficPicture(requests, 1000.0, "metrics", live_queue_times=(_queue_histogram(0.0)[0], pooled),
+                             live_queue_series=series)
+    assert queue_share_over(*picture.live_queue_times, 10.0) == pytest.approx(0.3)
+    run_many, _ = _queueing_under_load(1000.0, 1.06)
+    curve = replay_curve(server, picture, prior_ratio=2.0, live_ratio=0.9, run_many=run_many)
+    assert curve is not None and curve.queue_shown == pytest.approx(1 / 3)
+    # without the series, the whole window's histogram is all there is
+    run_many, _ = _queueing_under_load(1000.0, 1.06)
+    whole = replay_curve(server, replace(picture, live_queue_series=None), prior_ratio=2.0, live_ratio=0.9,
+                         run_many=run_many)
+    assert whole is not None and whole.queue_shown == pytest.approx(0.3)
 
 
 def _served(raw_of, slo_of):
@@ -741,7 +764,8 @@ def test_a_metrics_only_pictures_outputs_are_scaled_until_its_replay_admits_at_t
     its output's steps, and the server admits at its slots' turnover. A picture whose outputs are 8% too long (the
     mean of a few hundred finishes of a heavy tail is that far off) admits slower; its outputs are scaled until its
     replay admits at the server's rate, and the scaled picture then queues as the watched traffic did. The same
-    picture from a request log (exact lengths), or with the check off, is left as it is."""
+    picture from a request log (exact lengths), or with the check off, is left as it is; so is one 40% too long,
+    which no sampling error of the outputs' mean explains."""
     from advisor.recommend.replay import _admission_rate, _work_matched
     from advisor.sim.workload import load_workload
 
@@ -752,9 +776,10 @@ def test_a_metrics_only_pictures_outputs_are_scaled_until_its_replay_admits_at_t
     watched = _run(server, TrafficPicture(truth, window, "truth"), 0.9, settings)
     assert watched.state_bound_fraction > 0.5 and watched.kv_bound_fraction < watched.state_bound_fraction
     warm = watched.warmup
-    admissions = ((0.0, warm, 60.0), (warm, window, float(watched.admitted_requests)))
+    series = ((0.0, warm, (60.0, 0.0)), (warm, window, (float(watched.admitted_requests), 0.0)))
     longer = [replace(r, output_tokens=round(r.output_tokens * 1.08)) for r in truth]
-    picture = TrafficPicture(longer, window, "metrics", live_admissions=admissions)
+    picture = TrafficPicture(longer, window, "metrics", live_queue_times=((10.0, math.inf), (0.0, 0.0)),
+                             live_queue_series=series)
     at_live = _run(server, picture, 0.9, settings)
     drawn_rate = _admission_rate(at_live)
     assert drawn_rate is not None and drawn_rate < _admission_rate(watched) * (1 - settings.work_tolerance)
@@ -774,6 +799,13 @@ def test_a_metrics_only_pictures_outputs_are_scaled_until_its_replay_admits_at_t
         same, kept, none = _work_matched(server, other, at_live, 0.9, replace(settings, work_rounds=rounds),
                                          lambda *_: pytest.fail("no run expected"))
         assert same is other and kept is at_live and (none is None or none.scale is None)
+    # a gap no sampling error of the mean explains (outputs 40% too long) says the picture is off in another way
+    far = replace(picture, requests=[replace(r, output_tokens=round(r.output_tokens * 1.4)) for r in truth])
+    far_live = _run(server, far, 0.9, settings)
+    assert _admission_rate(far_live) < work.shown / settings.work_scale_max
+    same, kept, unmatched = _work_matched(server, far, far_live, 0.9, settings,
+                                          lambda *_: pytest.fail("no run expected"))
+    assert same is far and kept is far_live and unmatched is not None and unmatched.scale is None
     # the curve reports what it matched
     curve = replay_curve(server, picture, prior_ratio=3.0, live_ratio=0.9, settings=settings)
     assert curve is not None and curve.work_scale == pytest.approx(work.scale)
