@@ -219,7 +219,7 @@ class TrafficPicture:
     # The same histogram per scrape interval of its layout: (start, end, counts), in seconds from the window's start.
     # SGLang observes a request's wait once, as its first forward begins, so the counts are the server's admissions
     # through the window (under a full state pool, its slots' turnover), and the replay, which measures only after
-    # its warmup, reads the server's over the same part (`recommend/replay.py` `_shown_queue`).
+    # its warmup, reads the server's admission rate over the same part (`recommend/replay.py` `_work_matched`).
     live_queue_series: tuple[tuple[float, float, tuple[float, ...]], ...] | None = None
 
     @property

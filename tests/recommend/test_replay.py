@@ -6,7 +6,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from advisor.estimate.traffic import TrafficPicture, queue_share_over
+from advisor.estimate.traffic import TrafficPicture
 from advisor.recommend.replay import (
     CurvePoint,
     ReplayCurve,
@@ -375,28 +375,6 @@ def test_a_server_that_queued_more_than_the_replay_is_replayed_heavier_until_it_
     assert off is not None and off.queue_load is None and off.queue_shown == pytest.approx(1 / 3)
     with pytest.raises(ValueError, match="queue_first_load"):
         ReplaySettings(queue_first_load=3.0, queue_load_max=2.0)
-
-
-def test_the_servers_queue_is_read_over_the_part_of_the_window_the_replay_measures():
-    """A queue that builds through the window: in its first tenth nobody waited past the bound, after it a third of
-    the requests did. The replay leaves its first tenth out (it starts empty), so the server's share it checks
-    against is the third over the same part, not the 30% the whole window's histogram holds."""
-    server = load_server_config("default")
-    requests = [RequestSpec(float(t), 100, 10, 100) for t in range(1000)]
-    calm, queued = _queue_histogram(0.0)[1], _queue_histogram(1 / 3)[1]
-    series = tuple((100.0 * i, 100.0 * (i + 1), calm if i == 0 else queued) for i in range(10))
-    pooled = tuple(sum(interval[2][k] for interval in series) for k in range(5))
-    picture = TrafficPicture(requests, 1000.0, "metrics", live_queue_times=(_queue_histogram(0.0)[0], pooled),
-                             live_queue_series=series)
-    assert queue_share_over(*picture.live_queue_times, 10.0) == pytest.approx(0.3)
-    run_many, _ = _queueing_under_load(1000.0, 1.06)
-    curve = replay_curve(server, picture, prior_ratio=2.0, live_ratio=0.9, run_many=run_many)
-    assert curve is not None and curve.queue_shown == pytest.approx(1 / 3)
-    # without the series, the whole window's histogram is all there is
-    run_many, _ = _queueing_under_load(1000.0, 1.06)
-    whole = replay_curve(server, replace(picture, live_queue_series=None), prior_ratio=2.0, live_ratio=0.9,
-                         run_many=run_many)
-    assert whole is not None and whole.queue_shown == pytest.approx(0.3)
 
 
 def _served(raw_of, slo_of):
