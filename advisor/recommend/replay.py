@@ -422,29 +422,18 @@ class WorkMatch:
     runs: int  # the runs at the live ratio it added
 
 
-def _shown_queue(picture: TrafficPicture, start: float) -> tuple[tuple[float, ...], tuple[float, ...], float] | None:
-    """The server's queue-time histogram from `start` to the window's end (each interval's, the part of it after
-    `start` pro rata): its bounds, counts and the seconds it spans; None without the series or a span."""
-    if picture.live_queue_series is None or picture.live_queue_times is None:
+def _shown_admission_rate(picture: TrafficPicture, start: float) -> float | None:
+    """The server's admissions from `start` to the window's end (each interval's queue-time count, the part of it
+    after `start` pro rata) over those seconds; None without the series or a span."""
+    if picture.live_queue_series is None:
         return None
-    bounds = picture.live_queue_times[0]
-    counts = np.zeros(len(bounds))
-    seconds = 0.0
+    count, seconds = 0.0, 0.0
     for begin, end, interval in picture.live_queue_series:
         inside = end - max(begin, start)
-        if inside > 0 and end > begin and len(interval) == len(bounds):
-            counts += np.asarray(interval, dtype=float) * (inside / (end - begin))
+        if inside > 0 and end > begin:
+            count += sum(interval) * inside / (end - begin)
             seconds += inside
-    return (bounds, tuple(float(c) for c in counts), seconds) if seconds > 0 else None
-
-
-def _shown_admission_rate(picture: TrafficPicture, start: float) -> tuple[float, float] | None:
-    """The server's admissions from `start` to the window's end over those seconds, and their count."""
-    shown = _shown_queue(picture, start)
-    if shown is None:
-        return None
-    _, counts, seconds = shown
-    return sum(counts) / seconds, sum(counts)
+    return count / seconds if seconds > 0 else None
 
 
 def _admission_rate(result: SimResult) -> float | None:
@@ -471,11 +460,10 @@ def _work_matched(server: SchedulerServerConfig, picture: TrafficPicture, at_liv
     Left as drawn where the gap asks for more than `work_scale_max` either way (no sampling error of the mean), where
     KV held admission back more than the slots (the outputs' length then sets the KV demand, not the turnover), or
     where the rates already agree: an unsaturated replay admits what arrives, which the picture's arrivals match."""
-    shown = _shown_admission_rate(picture, at_live.warmup)
+    rate = _shown_admission_rate(picture, at_live.warmup)
     replayed = _admission_rate(at_live)
-    if picture.source != "metrics" or shown is None or replayed is None or not shown[0] > 0 or not replayed > 0:
+    if picture.source != "metrics" or rate is None or replayed is None or not rate > 0 or not replayed > 0:
         return picture, at_live, None
-    rate, count = shown
     tolerance = settings.work_tolerance
 
     def off(result_rate: float) -> float:
