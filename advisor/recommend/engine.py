@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 
 from advisor.estimate.summary import WorkloadSummary
 from advisor.model.advice import PIN_REASONS, MemoryFacts, caveats, clamp_mismatch, flag_line, free_lever
-from advisor.model.pools import ByteConstants, optimal_ratio_for, split_pools, unified_memory_cap
+from advisor.model.pools import ByteConstants, optimal_ratio_for, pin_size, split_pools, unified_memory_cap
 from advisor.model.serving import (
     ServingConfig,
     effective_draft_tokens,
@@ -371,10 +371,15 @@ def _recommend(
                                                     previous.reason_code if previous else None),
         )
         if replay is not None and outcomes.pin is not None:
-            # The pin holds the replay's chosen clamp: the state pool the chosen ratio would have sized.
+            # The pin holds the replay's chosen clamp: the whole requests' worth of slots the chosen ratio's state
+            # pool holds (max_running_requests is max_mamba_cache_size // S, so the chosen pool's remainder buys no
+            # concurrency, and pinned away it is KV: on `dcp8` 374 slots clamp at 74 as 370 do, 4,065 KV tokens a
+            # slot dearer).
             chosen = split_pools(model.rest_bytes, serving.with_ratio(target), constants,
                                  model_context_len=model.model_context_len)
-            outcomes = replace(outcomes, pin=replace(outcomes.pin, max_mamba_cache_size=chosen.max_mamba_cache_size))
+            whole_requests = chosen.max_mamba_cache_size // slots_per_request(serving)
+            outcomes = replace(outcomes, pin=replace(outcomes.pin,
+                                                     max_mamba_cache_size=pin_size(whole_requests, serving)))
         rec.binding_pool_live = live.binding_pool
         rec.kv_capacity_requests_live = live.kv_capacity_requests
         rec.predicted_max_running_requests_live = live.split.max_running_requests

@@ -470,3 +470,29 @@ def test_a_replay_whose_outputs_were_scaled_to_the_servers_admissions_says_so_an
     matched = _recommend_on(replace(scaled, work_scale=None), est, now)
     assert matched.replay_work_scale is None and matched.replay_admission_rate_shown == 1.01
     assert not any("requests/s where the server admitted" in note for note in matched.notes)
+
+
+@pytest.mark.parametrize("attn_dp", [1, 2])
+def test_a_pin_read_off_the_replay_holds_whole_requests_worth_of_slots_on_every_dp_worker(attn_dp):
+    """A DCP server is pinned (its ratio's split is fragile to the KV it shards); the pin holds the clamp of the
+    ratio the replay chose. max_running_requests is max_mamba_cache_size // S per DP worker, so the chosen pool's
+    remainder buys no concurrency: the pin is that clamp's slots exactly, and on every attention-DP worker."""
+    from advisor.model.pools import split_pools
+    from advisor.model.serving import slots_per_request
+
+    est, now = run([[(8192, 1024)] * 300])
+    points = [(0.9, 1000.0), (1.5, 1150.0), (2.45, 1300.0), (3.5, 1250.0), (5.0, 900.0)]
+    picture = picture_of(est, now)
+    picture.replay = _curve(points, 2.45, live=0.9, lower=2.2, upper=2.7, prior=2.45)
+    server = model(dcp_size=8, dp_size=attn_dp, attn_dp_size=attn_dp, tp_size=8)
+    rec = recommend(server, picture, RecommenderSettings())
+    assert rec.decision == "pin_state_pool"
+    slots = slots_per_request(server.serving)
+    chosen = split_pools(server.rest_bytes, server.serving.with_ratio(rec.ratio), server.constants)
+    per_worker = chosen.max_mamba_cache_size // slots * slots
+    assert chosen.max_mamba_cache_size % slots != 0 or attn_dp > 1  # a remainder to drop (or workers to count)
+    assert rec.recommended_max_mamba_cache_size == per_worker * server.serving.attn_dp_size
+    pinned = split_pools(server.rest_bytes, replace(server.serving, max_mamba_cache_size=rec.recommended_max_mamba_cache_size),
+                         server.constants)
+    assert pinned.max_running_requests == chosen.max_running_requests  # the chosen clamp, no less
+    assert pinned.kv_capacity_tokens >= chosen.kv_capacity_tokens  # and the remainder's bytes back in KV
