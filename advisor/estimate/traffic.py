@@ -616,27 +616,19 @@ def queue_share_over(bounds: Sequence[float], counts: Sequence[float], seconds: 
     return max(0.0, 1.0 - within / total)
 
 
-def _pooled_queue_times(bins: Sequence[TrafficBin]) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
-    """The window's queue-time histogram: the bins' of the layout most of them share, summed; None when no bin
-    showed one."""
+def _queue_times(bins: Sequence[TrafficBin], start: float) -> tuple[
+        tuple[tuple[float, ...], tuple[float, ...]] | None, tuple[tuple[float, float, tuple[float, ...]], ...] | None]:
+    """The window's queue-time histogram, and the same per bin: the layout most bins that showed one share (SGLang's,
+    being labelled, appears with its first observation), each such bin's counts with its span from `start`, and
+    their sum; (None, None) when no bin showed one."""
     shown = [b for b in bins if b.queue_bounds and sum(b.queue_counts) > 0]
     if not shown:
-        return None
+        return None, None
     layout = Counter(b.queue_bounds for b in shown).most_common(1)[0][0]
-    counts = np.sum([b.queue_counts for b in shown if b.queue_bounds == layout], axis=0)
-    return layout, tuple(float(c) for c in counts)
-
-
-def _queue_series(bins: Sequence[TrafficBin], start: float,
-                  ) -> tuple[tuple[float, float, tuple[float, ...]], ...] | None:
-    """Each bin's queue-time histogram with the bin's span from `start`, for the bins that showed it in the layout
-    the window's pooled one has (SGLang's, being labelled, appears with its first observation); None when none
-    did."""
-    pooled = _pooled_queue_times(bins)
-    if pooled is None:
-        return None
-    return tuple((b.start - start, b.end - start, tuple(float(c) for c in b.queue_counts))
-                 for b in bins if b.queue_bounds == pooled[0])
+    series = tuple((b.start - start, b.end - start, tuple(float(c) for c in b.queue_counts))
+                   for b in bins if b.queue_bounds == layout)
+    pooled = tuple(float(c) for c in np.sum([counts for _, _, counts in series], axis=0))
+    return (layout, pooled), series
 
 
 def _mean_live_batch(bins: Sequence[TrafficBin]) -> tuple[float, float] | None:
@@ -1003,10 +995,11 @@ class TrafficEstimator:
             requests, continued = self._with_admitted_prompts(requests, prompts, bins, backlog, rng, target)
         elif target is not None:
             requests = paired_to_live_context(requests, target, rng)
+        queue_times, queue_series = _queue_times(bins, start)
         return TrafficPicture(requests=requests, window_seconds=window, source="metrics", backlog=backlog,
                               live_context=target, live_running=running,
-                              fixed_outputs=tuple(sorted(continued)), live_queue_times=_pooled_queue_times(bins),
-                              live_queue_series=_queue_series(bins, start))
+                              fixed_outputs=tuple(sorted(continued)), live_queue_times=queue_times,
+                              live_queue_series=queue_series)
 
     @staticmethod
     def _length_source(index: int, with_lengths: Sequence[int], bins: Sequence[TrafficBin], mature: int,
