@@ -109,8 +109,9 @@ def _time_row(name: str, requests: list[RequestSpec], window: float, server: Sch
     if curve is None:
         print(f"{name:22s} {len(requests):8d}  (too few requests to replay)")
         return
+    # the replay's own run at the live ratio, which each gap below is set against
+    own = run_ratios(server, picture, [0.9], ReplaySettings())[0]
     if shown_gap > 0:
-        own = run_ratios(server, picture, [0.9], ReplaySettings())[0]
         shown = replace(picture, live_context=own.mean_live_context * (1 + shown_gap),
                         live_running=own.mean_busy_running_requests)
         started = time.perf_counter()
@@ -118,7 +119,6 @@ def _time_row(name: str, requests: list[RequestSpec], window: float, server: Sch
         rounds = calibrated.calibration_rounds if calibrated else 0
         cells += f" {time.perf_counter() - started:7.2f} {rounds:5d}"
     if queue_gap > 0:
-        own = run_ratios(server, picture, [0.9], ReplaySettings())[0]
         over = min(1.0, own.admitted_over_bound_requests / max(1, own.admitted_requests) + queue_gap)
         queued = replace(picture, live_queue_times=((10.0, float("inf")), (1.0 - over, over)))
         started = time.perf_counter()
@@ -126,15 +126,12 @@ def _time_row(name: str, requests: list[RequestSpec], window: float, server: Sch
         added = checked.runs - curve.runs if checked else 0
         cells += f" {time.perf_counter() - started:7.2f} {added:5d}"
     if work_gap > 0:
-        settings = ReplaySettings()
-        own = run_ratios(server, picture, [0.9], settings)[0]
-        warmup = window * settings.warmup_fraction
-        admitted = own.admitted_requests * (1 + work_gap)
+        admitted = own.admitted_requests * (1 + work_gap)  # over the replay's measured part
         unshown = replace(picture, source="metrics")
         plain = replay_curve(server, unshown, prior_ratio=prior, live_ratio=0.9)
         # every admission within the queue bound: the queue check has nothing to add
         busier = replace(unshown, live_queue_times=((10.0, float("inf")), (admitted, 0.0)),
-                         live_queue_series=((warmup, window, (admitted, 0.0)),))
+                         live_queue_series=((own.warmup, own.duration, (admitted, 0.0)),))
         started = time.perf_counter()
         matched = replay_curve(server, busier, prior_ratio=prior, live_ratio=0.9)
         added = matched.runs - plain.runs if matched and plain else 0
