@@ -299,8 +299,8 @@ def _recommend(
             notes.append(
                 f"the replay at the live r admitted {replay.admission_rate_replayed:.3g} requests/s where the server "
                 f"admitted {replay.admission_rate_shown:.3g} (its queue-time histogram's count): the picture's "
-                f"outputs scaled by {replay.work_scale:.3g} to match, as a full state pool admits at its slots' "
-                f"turnover"
+                f"outputs scaled by {replay.work_scale:.3g} to match, as a full pool admits at the turnover "
+                f"its requests' outputs set"
             )
         read = _plateaus_read(replay)
         if read:

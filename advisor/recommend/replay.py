@@ -121,12 +121,12 @@ class ReplaySettings:
     queue_load_max: float = 2.0
     queue_rounds: int = 6
     # A metrics-only picture draws each request's output from the histograms of the finishes, and a heavy tail's few
-    # hundred finishes put the window's mean output some percent off. Where the state pool is full that is the
-    # slots' turnover, so the queue and the ratio move with it. The server's admission rate is shown (its queue-time
-    # histogram's count): where the replay at the live ratio admits at another rate over its measured part, by more
-    # than work_tolerance, and is not held back by KV, the picture's outputs are scaled by
-    # replayed over shown rate (a slot is held for its output's steps), then by the secant, in up to work_rounds runs
-    # at the live ratio (`_work_matched`). A gap that asks for more than work_scale_max either way is no sampling
+    # hundred finishes put the window's mean output some percent off. Where a pool is full that is its turnover (a
+    # slot and a request's KV are held for its output's steps), so the queue and the ratio move with it. The server's
+    # admission rate is shown (its queue-time histogram's count): where the replay at the live ratio admits at another
+    # rate over its measured part, by more than work_tolerance, and a pool held it back, the picture's outputs are
+    # scaled by replayed over shown rate, then by the secant, in up to work_rounds runs at the live ratio
+    # (`_work_matched`). A gap that asks for more than work_scale_max either way is no sampling
     # error of the outputs' mean (heavy-tailed answers on TP8, seed 2: the picture's outputs summed 2.5-9.6% over
     # the watched arrivals' from one replay to the next): the picture is off in another way (agentic sessions' open-loop turns queue where the server's closed loop did
     # not, and a replay held back so admits slower), and its outputs are left as drawn.
@@ -451,15 +451,15 @@ def _scaled_outputs(picture: TrafficPicture, factor: float) -> TrafficPicture:
 def _work_matched(server: SchedulerServerConfig, picture: TrafficPicture, at_live: SimResult, live_ratio: float,
                   settings: ReplaySettings, run_many: RunMany) -> tuple[TrafficPicture, SimResult, WorkMatch | None]:
     """The metrics-only picture whose replay at the live ratio admits requests at the rate the server did over
-    the replay's measured part, with that replay's result. Where the state pool is full, a request's slot is held
-    for its prefill and its output's steps, so admissions are the slots' turnover and a picture whose outputs are
+    the replay's measured part, with that replay's result. Where a pool is full, a request's slot and its KV are
+    held for its prefill and its output's steps, so admissions are the pool's turnover and a picture whose outputs are
     some percent too long (the mean of a few hundred heavy-tailed finishes) admits that much slower and queues
     where the server did not; one too short the other way. The outputs are scaled by the replayed rate over the
     shown one, then by the secant through the two tries, while the rates differ by more than `work_tolerance` (the
     count is what the server did, not a sample of it: the watched timeline replayed admits at its rate exactly).
-    Left as drawn where the gap asks for more than `work_scale_max` either way (no sampling error of the mean), where
-    KV held admission back more than the slots (the outputs' length then sets the KV demand, not the turnover), or
-    where the rates already agree: an unsaturated replay admits what arrives, which the picture's arrivals match."""
+    Left as drawn where the gap asks for more than `work_scale_max` either way (no sampling error of the mean), or
+    where the rates already agree: a replay neither pool held back admits what arrives, which the picture's
+    arrivals match."""
     rate = _shown_admission_rate(picture, at_live.warmup)
     replayed = _admission_rate(at_live)
     if picture.source != "metrics" or rate is None or replayed is None or not rate > 0 or not replayed > 0:
@@ -471,8 +471,8 @@ def _work_matched(server: SchedulerServerConfig, picture: TrafficPicture, at_liv
 
     unchanged = WorkMatch(rate, replayed, None, 0)
     if (settings.work_rounds == 0 or off(replayed) <= tolerance
-            or at_live.kv_bound_fraction > at_live.state_bound_fraction
-            or (replayed < rate and not at_live.state_bound_fraction > 0)):  # it admitted all that came
+            or (replayed < rate and not (at_live.state_bound_fraction > 0 or at_live.kv_bound_fraction > 0))):
+        # matched already, or it admitted all that came
         return picture, at_live, unchanged
     low, high = 1.0 / settings.work_scale_max, settings.work_scale_max
     if not low <= replayed / rate <= high:

@@ -789,3 +789,39 @@ def test_a_metrics_only_pictures_outputs_are_scaled_until_its_replay_admits_at_t
     assert curve is not None and curve.work_scale == pytest.approx(work.scale)
     assert curve.admission_rate_shown == pytest.approx(work.shown)
     assert curve.admission_rate_replayed == pytest.approx(drawn_rate)
+
+
+def test_a_kv_bound_replay_is_matched_to_the_servers_admissions_too():
+    """Long answers fill the default server's KV pool at r 8 (its state pool never binds): a request holds its KV for
+    its output's steps, so a KV-bound server too admits at the turnover its outputs set, and a picture whose outputs
+    are 8% too long admits some 9% slower. Its outputs are scaled until its replay admits at the server's rate; a
+    replay that neither pool held back (at r 3) admitted all that came, and its outputs are left as drawn."""
+    from advisor.recommend.replay import _admission_rate, _work_matched
+    from advisor.sim.workload import load_workload
+
+    server = load_server_config("default")
+    settings = ReplaySettings()
+    window, live = 900.0, 8.0
+    truth = load_workload("reasoning-long-output").requests(1, window)
+    watched = _run(server, TrafficPicture(truth, window, "truth"), live, settings)
+    assert watched.kv_bound_fraction > 0.2 and watched.state_bound_fraction == 0
+    warm = watched.warmup
+    series = ((0.0, warm, (60.0, 0.0)), (warm, window, (float(watched.admitted_requests), 0.0)))
+    longer = [replace(r, output_tokens=round(r.output_tokens * 1.08)) for r in truth]
+    picture = TrafficPicture(longer, window, "metrics", live_queue_times=((10.0, math.inf), (0.0, 0.0)),
+                             live_queue_series=series)
+    at_live = _run(server, picture, live, settings)
+    assert _admission_rate(at_live) < _admission_rate(watched) * (1 - settings.work_tolerance)
+    matched, result, work = _work_matched(server, picture, at_live, live, settings,
+                                          lambda s, p, rs, st: [_run(s, p, r, st) for r in rs])
+    assert work is not None and work.scale is not None and work.scale < 1
+    assert abs(_admission_rate(result) / work.shown - 1) < abs(_admission_rate(at_live) / work.shown - 1) / 2
+    assert sum(r.output_tokens for r in matched.requests) == pytest.approx(sum(r.output_tokens for r in truth), rel=0.04)
+    # at r 3 neither pool holds this traffic back: the replay admitted what came, whatever its outputs
+    light = _run(server, picture, 3.0, settings)
+    assert light.kv_bound_fraction == 0 and light.state_bound_fraction == 0
+    slower = replace(picture, live_queue_series=((0.0, warm, (60.0, 0.0)),
+                                                 (warm, window, (float(light.admitted_requests) * 1.1, 0.0))))
+    same, kept, unmatched = _work_matched(server, slower, light, 3.0, settings,
+                                          lambda *_: pytest.fail("no run expected"))
+    assert same is slower and kept is light and unmatched is not None and unmatched.scale is None
