@@ -16,7 +16,9 @@ the oracle's. Where no ratio meets the bound (sustained overload) the raw goodpu
 row says so. Each row also reports the curve's width (the ratio range within 1% of the best), the baselines
 (the seed formula r* at the mean request context, and the default 0.9), and what the advisor did during the
 watch: decision changes (flapping) and, after each regime shift, the minutes until its recommendation
-settled inside its final band.
+settled inside its final band, and until it stayed on a good ratio for the new regime (within 2% of the best
+over a fresh hour of that regime's traffic alone: a final band that is wide because the replay read the new
+regime from a lucky few minutes is settled in, yet not good).
 
     python bench/quality.py --jobs 2                        # the table and the summary
     python bench/quality.py --markdown                      # the README table
@@ -116,6 +118,9 @@ STEADY_SHAPES = frozenset(
 )
 OVERLOAD_SLO_SHARE = 0.10  # below this share of raw goodput at its best, no ratio meets the queue bound
 WIDTH_TOLERANCE = 0.01
+# After a regime shift, a good ratio for the new regime is one within this share of its best over a fresh hour of
+# that regime's traffic alone (the rows' own bar of 0.98).
+REGIME_GOOD_TOLERANCE = 0.02
 WATCH_SEED_OFFSET = 100  # the watched traffic is drawn under seed + this (the fresh oracle's under seed)
 BELOW_FORMULA = 0.005
 REFUSED_SLACK = 0.01  # a share of the arrivals refused beyond the fewest any ratio refuses: no oracle candidate
@@ -168,12 +173,12 @@ class Curve:
         middle = math.exp((math.log(min(tied)) + math.log(max(tied))) / 2)
         return min(tied, key=lambda r: abs(math.log(r / middle))), top
 
-    def width(self) -> tuple[float, float]:
-        """The ratio range within WIDTH_TOLERANCE of the best."""
+    def width(self, tolerance: float = WIDTH_TOLERANCE) -> tuple[float, float]:
+        """The ratio range within `tolerance` of the best."""
         candidates = self.candidates
         values = [self.metric(p[1], p[2]) for p in candidates]
         top = max(values)
-        close = [p[0] for p, v in zip(candidates, values, strict=True) if v >= top * (1 - WIDTH_TOLERANCE)]
+        close = [p[0] for p, v in zip(candidates, values, strict=True) if v >= top * (1 - tolerance)]
         return min(close), max(close)
 
 
@@ -202,6 +207,8 @@ class Row:
     default_raw: float
     decision_changes: int
     settle_minutes: list[float | None] = field(default_factory=list)  # per regime shift seen in the watch
+    # ... until it stays on a good ratio for the new regime (REGIME_GOOD_TOLERANCE of its own best)
+    settle_good_minutes: list[float | None] = field(default_factory=list)
     changes_per_shift: list[int] = field(default_factory=list)
     watch_seconds: float = 0.0
     oracle_cached: bool = False
@@ -358,9 +365,11 @@ def decision_changes(cycles: Sequence[Cycle]) -> int:
     return sum(1 for a, b in zip(decisions, decisions[1:], strict=False) if a != b)
 
 
-def settling(cycles: Sequence[Cycle], shifts: Sequence[float], end: float) -> tuple[list[float | None], list[int]]:
+def settling(cycles: Sequence[Cycle], shifts: Sequence[float], end: float,
+             bands: Sequence[tuple[float, float]] | None = None) -> tuple[list[float | None], list[int]]:
     """Per shift: simulated minutes until the recommendation stays inside the band it ends the period in (the
-    replay's plateau when there is one; None if it never settles), and the decision changes in the period."""
+    replay's plateau when there is one; None if it never settles), or inside `bands` (one per shift: the new
+    regime's good ratios) where given, and the decision changes in the period."""
     minutes: list[float | None] = []
     changes: list[int] = []
     for index, start in enumerate(shifts):
@@ -374,6 +383,8 @@ def settling(cycles: Sequence[Cycle], shifts: Sequence[float], end: float) -> tu
         assert final.ratio is not None
         low = final.lower if final.lower is not None else final.ratio / 1.1
         high = final.upper if final.upper is not None else final.ratio * 1.1
+        if bands is not None:
+            low, high = bands[index]
         settled_at = None
         for position, cycle in enumerate(period):
             if all(c.ratio is not None and low <= c.ratio <= high for c in period[position:]):
@@ -385,6 +396,23 @@ def settling(cycles: Sequence[Cycle], shifts: Sequence[float], end: float) -> tu
 
 
 # ------------------------------------------------------------------------------------------ one row
+
+
+def regime_bands(server: SchedulerServerConfig, workload: Workload, seed: int,
+                 args: argparse.Namespace) -> list[tuple[float, float]]:
+    """Per phase of the shape: the ratios within REGIME_GOOD_TOLERANCE of the best over a fresh `--duration` of
+    that phase's traffic alone (the traffic the advice is for once the regime has come)."""
+    bands = []
+    for phase in workload.phases:
+        alone = replace(workload, phases=(phase,), phases_repeat=True)
+        curve = sweep_curve(server, alone, alone.requests(seed, args.duration), args)
+        bands.append(curve.width(REGIME_GOOD_TOLERANCE))
+    return bands
+
+
+def shift_bands(workload: Workload, bands: Sequence[tuple[float, float]], shifts: Sequence[float]) -> list[tuple[float, float]]:
+    """The good band of the phase each shift starts (phases in order, repeating)."""
+    return [tuple(bands[(index + 1) % len(workload.phases)]) for index in range(len(shifts))]  # type: ignore[misc]
 
 
 def watch_minutes(workload: Workload, args: argparse.Namespace) -> float:
@@ -431,6 +459,12 @@ def evaluate(case: Case, args: argparse.Namespace, cached: dict[str, Any] | None
                       tuple(cached["default"]))
     else:
         curve = sweep_curve(server, workload, arrivals, args)
+    if not workload.phases:
+        bands: list[tuple[float, float]] = []
+    elif cached is not None and "regime_bands" in cached:
+        bands = [tuple(b) for b in cached["regime_bands"]]  # type: ignore[misc]
+    else:
+        bands = regime_bands(server, workload, case.seed, watch_args)
     started = time.monotonic()
     minutes = watch_minutes(workload, watch_args)
     settings = {"state_bias": args.state_bias} if args.state_bias is not None else None
@@ -461,6 +495,7 @@ def evaluate(case: Case, args: argparse.Namespace, cached: dict[str, Any] | None
     low, high = curve.width()
     shifts = shift_times(workload, minutes * 60.0)
     settle, per_shift = settling(cycles, shifts, minutes * 60.0)
+    settle_good = settling(cycles, shifts, minutes * 60.0, shift_bands(workload, bands, shifts))[0] if bands else []
 
     def score(slo: float, raw: float) -> float:
         return curve.metric(slo, raw) / top if top > 0 else 1.0
@@ -477,6 +512,7 @@ def evaluate(case: Case, args: argparse.Namespace, cached: dict[str, Any] | None
         formula_raw=curve.formula[1] / best_raw if best_raw else 1.0,
         default=score(*curve.default), default_raw=curve.default[1] / best_raw if best_raw else 1.0,
         decision_changes=decision_changes(cycles), settle_minutes=settle, changes_per_shift=per_shift,
+        settle_good_minutes=settle_good,
         watch_seconds=watch_seconds, oracle_cached=cached is not None, curve=list(curve.points),
         replay_running_shown=rec.replay_live_running_shown if rec is not None else None,
         replay_running_replayed=rec.replay_live_running_replayed if rec is not None else None,
@@ -486,7 +522,7 @@ def evaluate(case: Case, args: argparse.Namespace, cached: dict[str, Any] | None
         replay_work_scale=rec.replay_work_scale if rec is not None else None,
     )
     return row, {"points": curve.points, "formula_ratio": curve.formula_ratio, "formula": curve.formula,
-                 "default": curve.default}
+                 "default": curve.default, **({"regime_bands": bands} if bands else {})}
 
 
 def _evaluate_job(case: Case, args: argparse.Namespace, cached: dict[str, Any] | None) -> tuple[Row, dict[str, Any], str]:
@@ -519,6 +555,11 @@ def summary(rows: Sequence[Row]) -> dict[str, Any]:
     known = [m for m in settles if m is not None]
     out["settle_minutes_worst"] = max(known) if known else None
     out["settle_minutes_mean"] = float(np.mean(known)) if known else None
+    good = [m for r in rows for m in r.settle_good_minutes]
+    out["shifts_never_good"] = sum(m is None for m in good)
+    known_good = [m for m in good if m is not None]
+    out["settle_good_minutes_worst"] = max(known_good) if known_good else None
+    out["settle_good_minutes_mean"] = float(np.mean(known_good)) if known_good else None
     out["shift_decision_changes_max"] = max((c for r in rows for c in r.changes_per_shift), default=0)
     out["overload_rows"] = sum(r.scored_on != "slo" for r in rows)
     return out
@@ -528,7 +569,8 @@ def _fmt_settle(row: Row) -> str:
     if not row.settle_minutes:
         return ""
     parts = [("never" if m is None else f"{m:.1f}m") + f"/{c}ch" for m, c in zip(row.settle_minutes, row.changes_per_shift, strict=True)]
-    return " settle " + ",".join(parts)
+    good = ",".join("never" if m is None else f"{m:.1f}m" for m in row.settle_good_minutes)
+    return " settle " + ",".join(parts) + (f" good {good}" if good else "")
 
 
 def print_row(row: Row) -> None:
@@ -550,6 +592,10 @@ def print_summary(stats: dict[str, Any]) -> None:
           f"{'-' if settle is None else f'{settle:.1f}'} min, mean "
           f"{'-' if stats['settle_minutes_mean'] is None else format(stats['settle_minutes_mean'], '.1f')} min; "
           f"at most {stats['shift_decision_changes_max']} decision changes in one shift")
+    good = stats["settle_good_minutes_worst"]
+    print(f"  ... on a good ratio for the new regime (within {REGIME_GOOD_TOLERANCE:.0%} of its best): "
+          f"{stats['shifts_never_good']} never; worst {'-' if good is None else f'{good:.1f}'} min, mean "
+          f"{'-' if stats['settle_good_minutes_mean'] is None else format(stats['settle_good_minutes_mean'], '.1f')} min")
     print(f"  steady traffic ({stats['steady_rows']} rows): {stats['steady_rows_changing_once']} changed "
           f"decision once, {stats['steady_rows_flapping']} flapped (2+ changes; "
           f"{stats['steady_decision_changes']} changes in all)")
