@@ -25,8 +25,8 @@ queue-time histogram shows more requests waiting beyond the bound than the repla
 window is replayed heavier until it queues as much, and that load is followed as a trend's is.
 
 Where the traffic changed character inside the window (`advisor.estimate.regime`), the new regime is replayed on
-its own too, repeated to the window's length, and the ratio read where both curves are on their plateaus
-(`regime_curve`). Where the same traffic comes faster and faster (a morning's ramp: `recent_load`), the window is
+its own too, as much heavier as its few minutes leave its rate uncertain (`regime_load`) and repeated to the
+window's length, and the ratio read where both curves are on their plateaus (`regime_curve`). Where the same traffic comes faster and faster (a morning's ramp: `recent_load`), the window is
 replayed again as heavy as its last minutes came, and the ratio read where both hold (`trend_curve`): the traffic
 to come is heavier than the window's mean. A metrics-only picture is one draw of what its histograms allow, and its
 curve is read off the mean of this replay's draw and the last one's (`remembered_curve`).
@@ -104,6 +104,10 @@ class ReplaySettings:
     # Where the traffic changed character inside the window (a regime shift), its new regime is replayed on its own
     # too and decides with the window (`replay_curve`); None replays the window alone.
     regime: RegimeSettings | None = RegimeSettings()
+    # A new regime is a short sample, and a stretch of a few minutes may happen to hold none of the close arrivals the
+    # traffic to come will: repeated to the window's length, its luck repeats too. Its replay is read as much heavier
+    # as its rate is uncertain (this many standard errors of its count, Poisson's times its dispersion).
+    regime_load_sigmas: float = 1.0
     # A metrics-only picture (per-interval arrivals, bucketed lengths) places the curve's features only to within
     # this standard deviation in log r: redraws of one window put a sharp optimum's peak 7-12% either way. Where its
     # plateau is narrower than two of them, the ratio is read off the curve's expected score over that uncertainty
@@ -142,14 +146,14 @@ class ReplaySettings:
                 or not self.trend_seconds > 0 or not 0 <= self.picture_spread < 1
                 or not 0 <= self.queue_margin < 1 or not 1 <= self.queue_first_load <= self.queue_load_max
                 or self.queue_rounds < 0 or not self.work_tolerance >= 0 or self.work_scale_max < 1
-                or self.work_rounds < 0):
+                or self.work_rounds < 0 or not self.regime_load_sigmas >= 0):
             raise ValueError("replay: span must be > 1, points >= 3, warmup_fraction in [0, 1), edge_margin, "
                              "min_move and cliff_margin >= 1, cliff_keep_margin >= cliff_margin, "
                              "sharp_refinements >= 0, calibration_tolerance > 0, calibration_rounds >= 0, "
                              "calibration_running_factor >= 1, headroom >= 1, headroom_max >= headroom, "
                              "trend_seconds > 0, picture_spread in [0, 1), queue_margin in [0, 1), "
                              "1 <= queue_first_load <= queue_load_max, queue_rounds >= 0, work_tolerance >= 0, "
-                             "work_scale_max >= 1, work_rounds >= 0")
+                             "work_scale_max >= 1, work_rounds >= 0, regime_load_sigmas >= 0")
 
 
 @dataclass(frozen=True)
@@ -683,7 +687,9 @@ def replay_curve(
     # filled it (a queue or a KV pool that fills over many minutes shows in a replay that long, not in one of the
     # regime's first minutes from empty). The server's running batch over the window says nothing of its part, so
     # it is not paired again (the window's pairing stands).
-    recent = replace(tiled(picture_since(calibrated, start), calibrated.window_seconds),
+    since = picture_since(calibrated, start)
+    since = heavier(since, regime_load(since, settings.regime_load_sigmas))
+    recent = replace(tiled(since, calibrated.window_seconds),
                      live_context=None, live_running=None, live_queue_times=None, live_queue_series=None)
     scale = _mean_size(calibrated.requests) / _mean_size(recent.requests)  # r* goes as 1 / L
     own, _, _ = _window_curve(server, recent, prior_ratio=prior_ratio * scale, live_ratio=live_ratio,
@@ -693,6 +699,16 @@ def replay_curve(
         return whole
     return regime_curve(whole, own, regime_seconds=calibrated.window_seconds - start, live_ratio=live_ratio,
                         settings=settings)
+
+
+def regime_load(regime: TrafficPicture, sigmas: float) -> float:
+    """1 + `sigmas` relative standard errors of the new regime's arrival count: Poisson's, times its per-minute
+    counts' dispersion."""
+    if not sigmas > 0 or not regime.requests:
+        return 1.0
+    times = np.asarray([request.time for request in regime.requests])
+    dispersion = _count_dispersion(times, regime.window_seconds)
+    return 1.0 + sigmas * math.sqrt(dispersion / len(regime.requests))
 
 
 def _mean_size(requests: Sequence[RequestSpec]) -> float:

@@ -825,3 +825,36 @@ def test_a_kv_bound_replay_is_matched_to_the_servers_admissions_too():
     same, kept, unmatched = _work_matched(server, slower, light, 3.0, settings,
                                           lambda *_: pytest.fail("no run expected"))
     assert same is slower and kept is light and unmatched is not None and unmatched.scale is None
+
+
+def test_a_new_regime_is_replayed_as_much_heavier_as_its_short_sample_leaves_its_rate_uncertain():
+    """Five minutes of documents are 300 requests: their rate is known to 1/sqrt(300) (Poisson's; an even stream's
+    counts disperse less, and count as Poisson's), and a stretch that short may hold none of the close arrivals the
+    traffic to come will. The regime is replayed that much heavier, repeated to the window's length; with the
+    setting off, as it came. Arrivals that come in runs (a minute at 2/s, a minute idle) disperse more, and weigh
+    heavier."""
+    from advisor.estimate.traffic import picture_since
+    from advisor.recommend.replay import regime_load
+
+    window = _chat_then_documents()
+    docs = picture_since(window, 1200.0)
+    assert regime_load(docs, 1.0) == pytest.approx(1.0 + 1.0 / math.sqrt(300))
+    assert regime_load(docs, 0.0) == 1.0
+    runs_of = [RequestSpec(float(minute * 60 + k / 2.0), 30000, 700, 8192) for minute in range(0, 10, 2)
+               for k in range(120)]
+    clumped = TrafficPicture(runs_of, 600.0, "request_log")
+    assert regime_load(clumped, 1.0) > 1.0 + 2.0 / math.sqrt(len(runs_of))
+
+    server = load_server_config("default")
+    for sigmas, load in ((1.0, 1.0 + 1.0 / math.sqrt(300)), (0.0, 1.0)):
+        seen: list[int] = []
+        inner = _plateau_by_traffic(window=(0.3, 3.0), regime=(0.1, 0.5))
+
+        def run_many(server_, picture, ratios, settings_, seen=seen, inner=inner):
+            if sum(r.input_tokens for r in picture.requests) / len(picture.requests) > 10000:
+                seen.append(len(picture.requests))
+            return inner(server_, picture, ratios, settings_)
+        curve = replay_curve(server, window, prior_ratio=1.0, live_ratio=0.9, run_many=run_many,
+                             settings=ReplaySettings(regime_load_sigmas=sigmas))
+        assert curve is not None and curve.regime_seconds == pytest.approx(300.0)
+        assert seen and all(n == pytest.approx(1500 * load, abs=2) for n in seen)
