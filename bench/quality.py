@@ -365,16 +365,28 @@ def decision_changes(cycles: Sequence[Cycle]) -> int:
     return sum(1 for a, b in zip(decisions, decisions[1:], strict=False) if a != b)
 
 
+def _settled_minutes(period: Sequence[Cycle], start: float, low: float, high: float) -> float | None:
+    """Minutes from `start` until every later recommendation of `period` lies in [low, high] (None: never)."""
+    for position, cycle in enumerate(period):
+        if all(c.ratio is not None and low <= c.ratio <= high for c in period[position:]):
+            return (cycle.time - start) / 60.0
+    return None
+
+
 def settling(cycles: Sequence[Cycle], shifts: Sequence[float], end: float,
-             bands: Sequence[tuple[float, float]] | None = None) -> tuple[list[float | None], list[int]]:
+             bands: Sequence[tuple[float, float]] | None = None,
+             ) -> tuple[list[float | None], list[float | None], list[int]]:
     """Per shift: simulated minutes until the recommendation stays inside the band it ends the period in (the
-    replay's plateau when there is one; None if it never settles), or inside `bands` (one per shift: the new
-    regime's good ratios) where given, and the decision changes in the period."""
+    replay's plateau when there is one), until it stays inside `bands` (one per shift: the new regime's good
+    ratios; empty without them), None where it never does, and the decision changes in the period."""
     minutes: list[float | None] = []
+    good: list[float | None] = []
     changes: list[int] = []
     for index, start in enumerate(shifts):
         stop = shifts[index + 1] if index + 1 < len(shifts) else end
         period = [c for c in cycles if start < c.time <= stop and c.ratio is not None]
+        if bands is not None:
+            good.append(_settled_minutes(period, start, *bands[index]) if period else None)
         if not period:
             minutes.append(None)
             changes.append(0)
@@ -383,16 +395,9 @@ def settling(cycles: Sequence[Cycle], shifts: Sequence[float], end: float,
         assert final.ratio is not None
         low = final.lower if final.lower is not None else final.ratio / 1.1
         high = final.upper if final.upper is not None else final.ratio * 1.1
-        if bands is not None:
-            low, high = bands[index]
-        settled_at = None
-        for position, cycle in enumerate(period):
-            if all(c.ratio is not None and low <= c.ratio <= high for c in period[position:]):
-                settled_at = cycle.time
-                break
-        minutes.append(None if settled_at is None else (settled_at - start) / 60.0)
+        minutes.append(_settled_minutes(period, start, low, high))
         changes.append(decision_changes(period))
-    return minutes, changes
+    return minutes, good, changes
 
 
 # ------------------------------------------------------------------------------------------ one row
@@ -412,7 +417,7 @@ def regime_bands(server: SchedulerServerConfig, workload: Workload, seed: int,
 
 def shift_bands(workload: Workload, bands: Sequence[tuple[float, float]], shifts: Sequence[float]) -> list[tuple[float, float]]:
     """The good band of the phase each shift starts (phases in order, repeating)."""
-    return [tuple(bands[(index + 1) % len(workload.phases)]) for index in range(len(shifts))]  # type: ignore[misc]
+    return [bands[(index + 1) % len(workload.phases)] for index in range(len(shifts))]
 
 
 def watch_minutes(workload: Workload, args: argparse.Namespace) -> float:
@@ -462,7 +467,7 @@ def evaluate(case: Case, args: argparse.Namespace, cached: dict[str, Any] | None
     if not workload.phases:
         bands: list[tuple[float, float]] = []
     elif cached is not None and "regime_bands" in cached:
-        bands = [tuple(b) for b in cached["regime_bands"]]  # type: ignore[misc]
+        bands = [(float(low), float(high)) for low, high in cached["regime_bands"]]
     else:
         bands = regime_bands(server, workload, case.seed, watch_args)
     started = time.monotonic()
@@ -494,8 +499,8 @@ def evaluate(case: Case, args: argparse.Namespace, cached: dict[str, Any] | None
     best_raw = max(p[2] for p in curve.candidates)
     low, high = curve.width()
     shifts = shift_times(workload, minutes * 60.0)
-    settle, per_shift = settling(cycles, shifts, minutes * 60.0)
-    settle_good = settling(cycles, shifts, minutes * 60.0, shift_bands(workload, bands, shifts))[0] if bands else []
+    settle, settle_good, per_shift = settling(cycles, shifts, minutes * 60.0,
+                                              shift_bands(workload, bands, shifts) if bands else None)
 
     def score(slo: float, raw: float) -> float:
         return curve.metric(slo, raw) / top if top > 0 else 1.0

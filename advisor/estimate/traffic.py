@@ -199,6 +199,10 @@ class ExactRequest:
     cached_tokens: int = 0  # the prefix the radix cache matched (meta_info cached_tokens); 0 when unknown
 
 
+QueueHistogram = tuple[tuple[float, ...], tuple[float, ...]]  # (bucket upper bounds in seconds, counts)
+QueueSeries = tuple[tuple[float, float, tuple[float, ...]], ...]  # per interval: (start, end, counts)
+
+
 @dataclass(frozen=True)
 class TrafficPicture:
     """The replayable traffic: requests with times from the window's start, the window, and where it came from."""
@@ -215,12 +219,12 @@ class TrafficPicture:
     fixed_outputs: tuple[int, ...] = ()
     # The server's queue-time histogram over the window (bucket upper bounds in seconds, counts), when it showed
     # one: the replay at the live ratio checks its own queue against it.
-    live_queue_times: tuple[tuple[float, ...], tuple[float, ...]] | None = None
+    live_queue_times: QueueHistogram | None = None
     # The same histogram per scrape interval of its layout: (start, end, counts), in seconds from the window's start.
     # SGLang observes a request's wait once, as its first forward begins, so the counts are the server's admissions
-    # through the window (under a full state pool, its slots' turnover), and the replay, which measures only after
+    # through the window (under a full pool, its turnover), and the replay, which measures only after
     # its warmup, reads the server's admission rate over the same part (`recommend/replay.py` `_work_matched`).
-    live_queue_series: tuple[tuple[float, float, tuple[float, ...]], ...] | None = None
+    live_queue_series: QueueSeries | None = None
 
     @property
     def arrival_rate(self) -> float:
@@ -616,8 +620,7 @@ def queue_share_over(bounds: Sequence[float], counts: Sequence[float], seconds: 
     return max(0.0, 1.0 - within / total)
 
 
-def _queue_times(bins: Sequence[TrafficBin], start: float) -> tuple[
-        tuple[tuple[float, ...], tuple[float, ...]] | None, tuple[tuple[float, float, tuple[float, ...]], ...] | None]:
+def _queue_times(bins: Sequence[TrafficBin], start: float) -> tuple[QueueHistogram | None, QueueSeries | None]:
     """The window's queue-time histogram, and the same per bin: the layout most bins that showed one share (SGLang's,
     being labelled, appears with its first observation), each such bin's counts with its span from `start`, and
     their sum; (None, None) when no bin showed one."""

@@ -135,7 +135,7 @@ _GAUGES: tuple[tuple[str, str, StatusField], ...] = (
         "replay_work_scale_ratio",
         "Factor the what-if replay scaled its metrics-only picture's output lengths by so that, at the live ratio, it "
         "admits requests at the rate the server's queue-time histogram counted (absent: it did without, or the "
-        "lengths came from request logs); a full state pool admits at its slots' turnover, which the outputs set.",
+        "lengths came from request logs); a full pool (slots or KV) admits at the turnover the outputs set.",
         _from_recommendation(lambda r: r.replay_work_scale),
     ),
     (

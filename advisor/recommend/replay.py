@@ -26,9 +26,10 @@ window is replayed heavier until it queues as much, and that load is followed as
 
 Where the traffic changed character inside the window (`advisor.estimate.regime`), the new regime is replayed on
 its own too, as much heavier as its few minutes leave its rate uncertain (`regime_load`) and repeated to the
-window's length, and the ratio read where both curves are on their plateaus (`regime_curve`). Where the same traffic comes faster and faster (a morning's ramp: `recent_load`), the window is
-replayed again as heavy as its last minutes came, and the ratio read where both hold (`trend_curve`): the traffic
-to come is heavier than the window's mean. A metrics-only picture is one draw of what its histograms allow, and its
+window's length, and the ratio read where both curves are on their plateaus (`regime_curve`). Where the same
+traffic comes faster and faster (a morning's ramp: `recent_load`), the window is replayed again as heavy as its
+last minutes came, and the ratio read where both hold (`trend_curve`): the traffic to come is heavier than the
+window's mean. A metrics-only picture is one draw of what its histograms allow, and its
 curve is read off the mean of this replay's draw and the last one's (`remembered_curve`).
 """
 
@@ -130,10 +131,10 @@ class ReplaySettings:
     # admission rate is shown (its queue-time histogram's count): where the replay at the live ratio admits at another
     # rate over its measured part, by more than work_tolerance, and a pool held it back, the picture's outputs are
     # scaled by replayed over shown rate, then by the secant, in up to work_rounds runs at the live ratio
-    # (`_work_matched`). A gap that asks for more than work_scale_max either way is no sampling
-    # error of the outputs' mean (heavy-tailed answers on TP8, seed 2: the picture's outputs summed 2.5-9.6% over
-    # the watched arrivals' from one replay to the next): the picture is off in another way (agentic sessions' open-loop turns queue where the server's closed loop did
-    # not, and a replay held back so admits slower), and its outputs are left as drawn.
+    # (`_work_matched`). A gap that asks for more than work_scale_max either way is no sampling error of the outputs'
+    # mean (heavy-tailed answers on TP8, seed 2: the picture's outputs summed 2.5-9.6% over the watched arrivals' from
+    # one replay to the next): the picture is off in another way (agentic sessions' open-loop turns queue where the
+    # server's closed loop did not, and a replay held back so admits slower), and its outputs are left as drawn.
     work_tolerance: float = 0.015
     work_scale_max: float = 1.2
     work_rounds: int = 2
@@ -456,8 +457,8 @@ def _work_matched(server: SchedulerServerConfig, picture: TrafficPicture, at_liv
                   settings: ReplaySettings, run_many: RunMany) -> tuple[TrafficPicture, SimResult, WorkMatch | None]:
     """The metrics-only picture whose replay at the live ratio admits requests at the rate the server did over
     the replay's measured part, with that replay's result. Where a pool is full, a request's slot and its KV are
-    held for its prefill and its output's steps, so admissions are the pool's turnover and a picture whose outputs are
-    some percent too long (the mean of a few hundred heavy-tailed finishes) admits that much slower and queues
+    held for its prefill and its output's steps, so admissions are the pool's turnover and a picture whose outputs
+    are some percent too long (the mean of a few hundred heavy-tailed finishes) admits that much slower and queues
     where the server did not; one too short the other way. The outputs are scaled by the replayed rate over the
     shown one, then by the secant through the two tries, while the rates differ by more than `work_tolerance` (the
     count is what the server did, not a sample of it: the watched timeline replayed admits at its rate exactly).
@@ -485,7 +486,7 @@ def _work_matched(server: SchedulerServerConfig, picture: TrafficPicture, at_liv
     best = (off(replayed), 1.0, picture, at_live)
     for _ in range(settings.work_rounds):
         scale, last = tried[-1]
-        aim = scale * last / rate  # a slot's hold goes as the output: the rate as one over the scale
+        aim = scale * last / rate  # a slot's or KV's hold goes as the output: the rate as one over the scale
         if len(tried) > 1 and not math.isclose(tried[-2][1], last):
             slope = (scale - tried[-2][0]) / (last - tried[-2][1])
             secant = scale + (rate - last) * slope

@@ -81,7 +81,7 @@ class Recommendation:
     replay_queue_load: float | None = None
     # The server's admission rate (requests/s, its queue-time histogram's count) over the replay's measured part, the
     # replay's at the live ratio as its metrics-only picture was drawn, and where they differed, the factor the
-    # picture's outputs were scaled by to match (a full state pool admits at its slots' turnover).
+    # picture's outputs were scaled by to match (a full pool admits at its turnover).
     replay_admission_rate_shown: float | None = None
     replay_admission_rate_replayed: float | None = None
     replay_work_scale: float | None = None
