@@ -1041,8 +1041,8 @@ def _queue_check(server: SchedulerServerConfig, picture: TrafficPicture, at_live
     (beyond `queue_margin` and twice the share's sampling noise over the requests the replay admitted), the load
     the window's traffic is made heavier by until its replay there queues as much. Near capacity the share climbs
     from nothing to most requests within a few percent of load, so the load is bracketed (queue_first_load, then
-    queue_load_max where that is not enough) and bisected in log for the rest of `queue_rounds` runs: the load
-    tried whose share is nearest the server's. A replay that queues more than the server is left as it is: the
+    queue_load_max where that is not enough) and narrowed in log load for the rest of `queue_rounds` runs, or until
+    a load queues within the share's noise of the server's: the load tried whose share is nearest the server's. A replay that queues more than the server is left as it is: the
     curve it reads is the safer one (made lighter to match, on the watched metrics-only protocol, the replay
     moved eight rows, five down, heavy-tail outputs s2 95.3% -> 91.8%: the trial of the session that wrote this
     check, on the older count of finished requests' whole waits and a 2-point margin)."""
@@ -1071,18 +1071,28 @@ def _queue_check(server: SchedulerServerConfig, picture: TrafficPicture, at_live
             tried[load] = _queued_over(result) or 0.0
         return tried[load] < shown
 
+    def nearest() -> float:
+        return min(tried, key=lambda k: (abs(tried[k] - shown), -k))
+
+    # A load whose share is within one standard deviation of the server's (its sampling noise over the requests the
+    # replay admitted) is as close as the two counts can tell apart: the search stops there.
+    sigma = noise / 2.0
     light, heavy = 1.0, min(settings.queue_first_load, settings.queue_load_max)
     if short_of(heavy) and heavy < settings.queue_load_max and len(tried) - 1 < settings.queue_rounds:
         light, heavy = heavy, settings.queue_load_max
         short_of(heavy)
     if not short_of(heavy):
-        while len(tried) - 1 < settings.queue_rounds:
-            middle = math.sqrt(light * heavy)
+        while len(tried) - 1 < settings.queue_rounds and abs(tried[nearest()] - shown) > sigma:
+            # where in log load the share crosses the server's, read off the bracket's ends (the share climbs
+            # steadily across a narrow bracket), kept to its middle half (it is no straight line across a wide one)
+            rise = tried[heavy] - tried[light]
+            part = min(0.75, max(0.25, (shown - tried[light]) / rise)) if rise > 0 else 0.5
+            middle = light * (heavy / light) ** part
             if short_of(middle):
                 light = middle
             else:
                 heavy = middle
-    load = min(tried, key=lambda k: (abs(tried[k] - shown), -k))
+    load = nearest()
     return _QueueCheck(shown, replayed, load if load > 1.0 else None, len(tried) - 1)
 
 
