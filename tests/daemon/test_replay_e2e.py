@@ -224,3 +224,50 @@ def test_a_regime_shift_is_replayed_on_its_own_and_exported(tmp_path):
         advisor.close()
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("request_logs", [True, False], ids=["request-logs", "metrics-only"])
+def test_a_young_regime_followed_by_request_logs_is_replayed_again_sooner(tmp_path, request_logs):
+    """After a shift from chat to documents, the replay that the moved context brought on is followed by more, a
+    quarter of the interval apart, while the new regime is young (under half the window): each reads it from a
+    minute or two more of it. A metrics-only picture is a fresh draw each replay, and keeps the interval."""
+    from advisor.sim.workload import workload_from_dict
+
+    chat = {"name": "chat", "input": {"median": 1200, "sigma": 0.8, "min": 16, "max": 16000},
+            "output": {"median": 300, "sigma": 0.7, "min": 1, "max": 4096}, "max_new_tokens": {"fixed": 4096}}
+    docs = {"name": "docs", "input": {"median": 30000, "sigma": 0.4, "min": 4000, "max": 120000},
+            "output": {"median": 700, "sigma": 0.6, "min": 1, "max": 8192}, "max_new_tokens": {"fixed": 8192}}
+    workload = workload_from_dict({
+        "name": "shift", "arrival": {"process": "poisson", "rate": 2.0}, "classes": [chat, docs],
+        "phases": [{"duration": 600, "weights": {"chat": 0.95, "docs": 0.05}},
+                   {"duration": 3000, "rate": 0.6, "weights": {"chat": 0.3, "docs": 0.7}}],
+    })
+    clock = ManualClock()
+    log_path = tmp_path / "sglang.log"
+    server = EmulatedServer(load_server_config("default"), workload, log_path=str(log_path),
+                            request_log_path=str(log_path) if request_logs else None, clock=clock)
+    server.start()
+    try:
+        advisor = make_advisor(server.url, log_path, tmp_path, clock)
+        pipeline = advisor.pipelines[0]
+        replays: list[tuple[float, float | None, bool]] = []  # (when, the regime's age it read, followed)
+        for _ in range(40):  # 20 minutes: 10 of chat, 10 of documents
+            cycles(advisor, server, clock, 1)
+            if pipeline.replay_time is not None and (not replays or replays[-1][0] != pipeline.replay_time):
+                assert pipeline.replay_result is not None
+                replays.append((pipeline.replay_time, pipeline.replay_result.regime_seconds,
+                                pipeline.replay_follow_ups > 0))
+        interval = advisor.config.replay_interval_seconds
+        assert any(age is not None for _, age, _ in replays)  # the regime was read
+        followed = [(when, later) for (when, _, follows), (later, _, _) in zip(replays[:-1], replays[1:], strict=True)
+                    if follows]
+        if request_logs:
+            # every replay of the young regime is followed, a quarter of the interval later (the next cycle after it)
+            young = [when for when, age, _ in replays[:-1] if age is not None and age < 0.5 * 1800.0]
+            assert len(young) >= 3 and set(young) <= {when for when, _ in followed}
+            assert all(later - when <= interval / 4 + STEP_SECONDS for when, later in followed)
+        else:
+            assert not followed  # the context's own moves still bring replays on, a draw each
+        advisor.close()
+    finally:
+        server.stop()
