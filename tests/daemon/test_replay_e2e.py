@@ -14,7 +14,7 @@ from advisor.scheduler.costmodel import CostModel
 from advisor.sim.clock import ManualClock
 from advisor.sim.config import load_server_config
 from advisor.sim.emulator import EmulatedServer
-from advisor.sim.workload import load_workload
+from advisor.sim.workload import load_workload, workload_from_dict
 
 
 @pytest.mark.parametrize("request_logs", [True, False], ids=["request-logs", "metrics-only"])
@@ -189,21 +189,25 @@ def test_a_slow_servers_first_replay_waits_for_as_many_requests_as_a_recommendat
     assert any("waits for 100 requests in its window" in reason for reason in reasons), reasons[-3:]
 
 
-def test_a_regime_shift_is_replayed_on_its_own_and_exported(tmp_path):
-    """Chat for 10 minutes, then a document-heavy regime: before the shift the replay holds one regime; from a
-    few minutes after it, the recommendation says how long the new regime has lasted and /metrics exports it."""
-    from advisor.export.collector import AdvisorCollector
-    from advisor.sim.workload import workload_from_dict
-
+def _chat_then_documents():
+    """Chat for 10 minutes, then 50 of a document-heavy regime."""
     chat = {"name": "chat", "input": {"median": 1200, "sigma": 0.8, "min": 16, "max": 16000},
             "output": {"median": 300, "sigma": 0.7, "min": 1, "max": 4096}, "max_new_tokens": {"fixed": 4096}}
     docs = {"name": "docs", "input": {"median": 30000, "sigma": 0.4, "min": 4000, "max": 120000},
             "output": {"median": 700, "sigma": 0.6, "min": 1, "max": 8192}, "max_new_tokens": {"fixed": 8192}}
-    workload = workload_from_dict({
+    return workload_from_dict({
         "name": "shift", "arrival": {"process": "poisson", "rate": 2.0}, "classes": [chat, docs],
         "phases": [{"duration": 600, "weights": {"chat": 0.95, "docs": 0.05}},
                    {"duration": 3000, "rate": 0.6, "weights": {"chat": 0.3, "docs": 0.7}}],
     })
+
+
+def test_a_regime_shift_is_replayed_on_its_own_and_exported(tmp_path):
+    """Chat for 10 minutes, then a document-heavy regime: before the shift the replay holds one regime; from a
+    few minutes after it, the recommendation says how long the new regime has lasted and /metrics exports it."""
+    from advisor.export.collector import AdvisorCollector
+
+    workload = _chat_then_documents()
     clock = ManualClock()
     log_path = tmp_path / "sglang.log"
     server = EmulatedServer(load_server_config("default"), workload, log_path=str(log_path),
@@ -231,17 +235,7 @@ def test_a_young_regime_followed_by_request_logs_is_replayed_again_sooner(tmp_pa
     """After a shift from chat to documents, the replay that the moved context brought on is followed by more, a
     quarter of the interval apart, while the new regime is young (under half the window): each reads it from a
     minute or two more of it. A metrics-only picture is a fresh draw each replay, and keeps the interval."""
-    from advisor.sim.workload import workload_from_dict
-
-    chat = {"name": "chat", "input": {"median": 1200, "sigma": 0.8, "min": 16, "max": 16000},
-            "output": {"median": 300, "sigma": 0.7, "min": 1, "max": 4096}, "max_new_tokens": {"fixed": 4096}}
-    docs = {"name": "docs", "input": {"median": 30000, "sigma": 0.4, "min": 4000, "max": 120000},
-            "output": {"median": 700, "sigma": 0.6, "min": 1, "max": 8192}, "max_new_tokens": {"fixed": 8192}}
-    workload = workload_from_dict({
-        "name": "shift", "arrival": {"process": "poisson", "rate": 2.0}, "classes": [chat, docs],
-        "phases": [{"duration": 600, "weights": {"chat": 0.95, "docs": 0.05}},
-                   {"duration": 3000, "rate": 0.6, "weights": {"chat": 0.3, "docs": 0.7}}],
-    })
+    workload = _chat_then_documents()
     clock = ManualClock()
     log_path = tmp_path / "sglang.log"
     server = EmulatedServer(load_server_config("default"), workload, log_path=str(log_path),
