@@ -698,9 +698,8 @@ def replay_curve(
                               also=(whole.width_lower, whole.chosen_ratio, whole.width_upper))
     if own is None:
         return whole
-    read = regime_curve(whole, own, regime_seconds=calibrated.window_seconds - start, live_ratio=live_ratio,
+    return regime_curve(whole, own, regime_seconds=calibrated.window_seconds - start, live_ratio=live_ratio,
                         settings=settings)
-    return remembered_curve(read, previous, live_ratio=live_ratio, settings=settings)
 
 
 def regime_load(regime: TrafficPicture, sigmas: float) -> float:
@@ -799,29 +798,14 @@ def _headroom_band(hold_lower: float, hold_upper: float, *, live_ratio: float | 
 
 
 def _one_draw(curve: ReplayCurve) -> bool:
-    """A replay of a metrics-only picture with no trend read into it: the window's own curve, or the one a regime
-    shift is read from."""
-    return curve.source == "metrics" and curve.trend_load is None
-
-
-def _same_draws(current: ReplayCurve, previous: ReplayCurve, step_seconds: float) -> bool:
-    """Two draws of the same traffic: both `_one_draw`s on the same metric, both of the window alone or both with the
-    same new regime read into it (the current one no younger than the previous, to within the regime's change-point
-    step: a younger one is another regime)."""
-    if not (_one_draw(current) and _one_draw(previous) and current.metric == previous.metric):
-        return False
-    if current.regime_seconds is None or previous.regime_seconds is None:
-        return current.regime_seconds is None and previous.regime_seconds is None
-    return current.regime_seconds >= previous.regime_seconds - step_seconds
+    """A plain replay of a metrics-only picture: the window's own curve (no regime, no trend read into it)."""
+    return curve.source == "metrics" and curve.regime_seconds is None and curve.trend_load is None
 
 
 def remembered_curve(current: ReplayCurve, previous: ReplayCurve | None, *, live_ratio: float | None,
                      settings: ReplaySettings) -> ReplayCurve:
-    """`current` read again from its scores averaged with the `previous` replay's, where both are draws of the same
-    traffic from a metrics-only picture (`_same_draws`: the window alone, or the same new regime read into it, on
-    the same metric); else `current` itself. A young regime's few minutes drawn again moved its narrow plateau from
-    one replay to the next (held-out TP2, seed 4: 0.085-0.12, then 0.072-0.30 five minutes later), and the mean of
-    two draws moves less.
+    """`current` read again from its scores averaged with the `previous` replay's, where both are plain replays of a
+    metrics-only picture (`_one_draw`) on the same metric; else `current` itself.
 
     Such a picture is one draw of the traffic the histograms allow (arrival times inside each scrape interval, lengths
     inside each bucket), and a sharp optimum's peak moves from one draw to the next by more than the optimum's own
@@ -831,8 +815,7 @@ def remembered_curve(current: ReplayCurve, previous: ReplayCurve | None, *, live
     Each ratio's score is the mean of the two curves' shares of their own best (the previous curve's interpolated
     where it ran around that ratio, else the current's alone), in the current's tokens/s, on the current's ratios
     and the previous ones inside their range (those points keep the previous replay's other figures)."""
-    step = settings.regime.step_seconds if settings.regime is not None else 0.0
-    if previous is None or not _same_draws(current, previous, step):
+    if previous is None or not (_one_draw(current) and _one_draw(previous)) or current.metric != previous.metric:
         return current
     own = current.points
     before = previous.draw_points if previous.draw_points is not None else previous.points

@@ -675,10 +675,10 @@ def test_a_metrics_only_draw_is_read_with_the_last_replays_draw():
     assert again.chosen_ratio == pytest.approx(1.4)
 
 
-def test_only_metrics_only_draws_of_the_same_traffic_are_averaged():
+def test_only_plain_metrics_only_draws_are_averaged():
     """A request-log picture is the requests themselves (the last window is older traffic, no other draw); a curve
-    read after a regime shift, where the last was not, or the other way round, or under a trend, is of other
-    traffic than the last replay's; another metric is another score: each stands as it is."""
+    read after a regime shift or under a trend is of other traffic than the last replay's; another metric is
+    another score: each stands as it is."""
     previous = _draw_peaking_at(2.4)
     for current in (_draw_peaking_at(1.4, source="request_log"), _draw_peaking_at(1.4, regime_seconds=600.0),
                     _draw_peaking_at(1.4, trend_load=1.3), replace(_draw_peaking_at(1.4), metric="raw_goodput")):
@@ -686,22 +686,6 @@ def test_only_metrics_only_draws_of_the_same_traffic_are_averaged():
     assert remembered_curve(_draw_peaking_at(1.4), None, live_ratio=0.9, settings=ReplaySettings()).draws == 1
     assert remembered_curve(_draw_peaking_at(1.4), _draw_peaking_at(2.4, regime_seconds=600.0), live_ratio=0.9,
                             settings=ReplaySettings()).chosen_ratio == pytest.approx(1.4)
-
-
-def test_two_draws_of_one_new_regime_are_averaged_and_a_younger_regime_is_another():
-    """A new regime read from a metrics-only picture is one draw of its few minutes, and a young regime's narrow
-    plateau moves from one draw to the next: the next replay of the same regime (as old as the last one's, or older)
-    is read off the mean of the two; a regime younger than the last one's by more than the change-point step is
-    another regime (a step back to the old traffic), and stands alone."""
-    previous = _draw_peaking_at(2.4, ratios=(1.0, 1.7, 2.4, 3.4), regime_seconds=600.0)
-    exact = ReplaySettings(picture_spread=0.0)
-    older = remembered_curve(_draw_peaking_at(1.4, ratios=(1.0, 1.4, 2.0, 2.4, 3.4), regime_seconds=900.0), previous,
-                             live_ratio=0.9, settings=exact)
-    assert older.draws == 2 and 1.7 <= older.chosen_ratio <= 2.0 and older.regime_seconds == 900.0
-    younger = _draw_peaking_at(1.4, regime_seconds=300.0)
-    assert remembered_curve(younger, previous, live_ratio=0.9, settings=exact) is younger
-    assert remembered_curve(_draw_peaking_at(1.4, regime_seconds=300.0, source="request_log"),
-                            replace(previous, source="request_log"), live_ratio=0.9, settings=exact).draws == 1
 
 
 def test_a_remembered_curve_survives_the_checkpoint_with_its_own_draw():
