@@ -1042,8 +1042,8 @@ def _queue_check(server: SchedulerServerConfig, picture: TrafficPicture, at_live
     the window's traffic is made heavier by until its replay there queues as much. Near capacity the share climbs
     from nothing to most requests within a few percent of load, so the load is bracketed (queue_first_load, then
     queue_load_max where that is not enough) and narrowed in log load for the rest of `queue_rounds` runs, or until
-    a load queues within the share's noise of the server's: the load tried whose share is nearest the server's. A replay that queues more than the server is left as it is: the
-    curve it reads is the safer one (made lighter to match, on the watched metrics-only protocol, the replay
+    a load queues within the share's noise of the server's: the load tried whose share is nearest the server's. A
+    replay that queues more than the server is left as it is: the curve it reads is the safer one (made lighter to match, on the watched metrics-only protocol, the replay
     moved eight rows, five down, heavy-tail outputs s2 95.3% -> 91.8%: the trial of the session that wrote this
     check, on the older count of finished requests' whole waits and a 2-point margin)."""
     if picture.live_queue_times is None:
@@ -1058,8 +1058,8 @@ def _queue_check(server: SchedulerServerConfig, picture: TrafficPicture, at_live
     replayed = _queued_over(at_live)
     if shown is None or replayed is None:
         return _QueueCheck(shown, replayed, None, 0)
-    noise = 2.0 * math.sqrt(shown * (1.0 - shown) / at_live.admitted_requests)
-    if (shown - replayed <= settings.queue_margin + noise or settings.queue_rounds == 0
+    sigma = math.sqrt(shown * (1.0 - shown) / at_live.admitted_requests)  # the share's sampling noise
+    if (shown - replayed <= settings.queue_margin + 2.0 * sigma or settings.queue_rounds == 0
             or not settings.queue_load_max > 1.0):
         return _QueueCheck(shown, replayed, None, 0)
     tried: dict[float, float] = {1.0: replayed}
@@ -1076,7 +1076,6 @@ def _queue_check(server: SchedulerServerConfig, picture: TrafficPicture, at_live
 
     # A load whose share is within one standard deviation of the server's (its sampling noise over the requests the
     # replay admitted) is as close as the two counts can tell apart: the search stops there.
-    sigma = noise / 2.0
     light, heavy = 1.0, min(settings.queue_first_load, settings.queue_load_max)
     if short_of(heavy) and heavy < settings.queue_load_max and len(tried) - 1 < settings.queue_rounds:
         light, heavy = heavy, settings.queue_load_max

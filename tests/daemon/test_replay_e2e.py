@@ -9,6 +9,7 @@ import pytest
 from test_daemon_e2e import STEP_SECONDS, cycles, make_advisor
 
 from advisor.config import config_from_dict
+from advisor.daemon.pipeline import REPLAY_SHIFT_MIN_SHARE, YOUNG_REGIME_WINDOW_SHARE
 from advisor.daemon.runner import Advisor
 from advisor.scheduler.costmodel import CostModel
 from advisor.sim.clock import ManualClock
@@ -257,9 +258,10 @@ def test_a_young_regime_followed_by_request_logs_is_replayed_again_sooner(tmp_pa
                     if follows]
         if request_logs:
             # every replay of the young regime is followed, a quarter of the interval later (the next cycle after it)
-            young = [when for when, age, _ in replays[:-1] if age is not None and age < 0.5 * 1800.0]
+            young_below = YOUNG_REGIME_WINDOW_SHARE * advisor.config.replay_window_seconds
+            young = [when for when, age, _ in replays[:-1] if age is not None and age < young_below]
             assert len(young) >= 3 and set(young) <= {when for when, _ in followed}
-            assert all(later - when <= interval / 4 + STEP_SECONDS for when, later in followed)
+            assert all(later - when <= interval * REPLAY_SHIFT_MIN_SHARE + STEP_SECONDS for when, later in followed)
         else:
             assert not followed  # the context's own moves still bring replays on, a draw each
         advisor.close()
