@@ -96,7 +96,7 @@ HELDOUT_DIR = Path(__file__).resolve().parent / "heldout"
 HELDOUT_SERVERS = ("default", "single-gpu-moe")
 # Deployments never used to tune the advisor (`--heldout`, bench/heldout/servers/): every shape, the suite's and
 # the held-out ones, is new there. server -> the rate factor (as in SERVERS).
-HELDOUT_DEPLOYMENTS: dict[str, float] = {"tp2-dense-mamba2": 0.5}
+HELDOUT_DEPLOYMENTS: dict[str, float] = {"tp2-dense-mamba2": 0.5, "l40s-dense-hybrid-8b": 0.18}
 # Stationary traffic: any change of decision during the watch is flapping.
 STEADY_SHAPES = frozenset(
     {
