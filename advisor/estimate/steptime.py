@@ -29,8 +29,11 @@ FEATURES = ("decode_base_seconds", "decode_per_request_seconds", "decode_per_kv_
             "prefill_base_seconds", "prefill_per_token_seconds")
 # The features before the prefill ones (decode base, per request, per KV token).
 PREFILL_FEATURES = 3
-# The pull toward the scaled default, relative to the data's own weight (trace of the normal matrix).
+# The pull toward the scaled default, relative to each coefficient's own weight in the data (its diagonal of the
+# normal matrix): a feature whose default cost is small against the others (the per-KV-token term beside the
+# per-step base) is held back no more than one whose default is large.
 RIDGE = 0.002
+RIDGE_FLOOR = 0.001
 # A fitted coefficient stays within this factor of the scaled default.
 COEFFICIENT_RANGE = 10.0
 
@@ -170,13 +173,19 @@ class StepTimeEstimator:
             scale = float(ones @ self.moment) / denominator
         if not math.isfinite(scale) or scale <= 0:
             return None
-        ridge = RIDGE * float(np.trace(self.normal)) / len(FEATURES)
+        # A pull scaled by the trace (the base step's weight, nearly all of it) held the per-KV-token cost near the
+        # default's shape: on a dense hybrid decoding 9x the default's per KV token, at twice its base, it came out
+        # at 0.34x the server's (and its per-request cost 1.7x), which flattened the KV-bound side of its replays.
+        # A feature the samples never showed (no prefill between decode lines) keeps the scaled default through
+        # the floor, a thousandth of the mean diagonal.
+        diagonal = np.diag(self.normal)
+        ridge = RIDGE * (diagonal + RIDGE_FLOOR * float(diagonal.mean()))
         free = np.arange(PREFILL_FEATURES) if estimated else np.arange(len(FEATURES))
         theta = scale * ones
         fixed = np.setdiff1d(np.arange(len(FEATURES)), free)
         try:
-            normal = self.normal[np.ix_(free, free)] + ridge * np.eye(len(free))
-            moment = self.moment[free] - self.normal[np.ix_(free, fixed)] @ theta[fixed] + ridge * scale * ones[free]
+            normal = self.normal[np.ix_(free, free)] + np.diag(ridge[free])
+            moment = self.moment[free] - self.normal[np.ix_(free, fixed)] @ theta[fixed] + ridge[free] * scale
             theta[free] = np.linalg.solve(normal, moment)
         except np.linalg.LinAlgError:
             theta = scale * ones
