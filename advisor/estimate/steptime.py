@@ -33,6 +33,7 @@ PREFILL_FEATURES = 3
 # normal matrix): a feature whose default cost is small against the others (the per-KV-token term beside the
 # per-step base) is held back no more than one whose default is large.
 RIDGE = 0.002
+# ... plus this share of the mean diagonal, so a feature the samples never show stays at the scaled default.
 RIDGE_FLOOR = 0.001
 # A fitted coefficient stays within this factor of the scaled default.
 COEFFICIENT_RANGE = 10.0
@@ -176,8 +177,6 @@ class StepTimeEstimator:
         # A pull scaled by the trace (the base step's weight, nearly all of it) held the per-KV-token cost near the
         # default's shape: on a dense hybrid decoding 9x the default's per KV token, at twice its base, it came out
         # at 0.34x the server's (and its per-request cost 1.7x), which flattened the KV-bound side of its replays.
-        # A feature the samples never showed (no prefill between decode lines) keeps the scaled default through
-        # the floor, a thousandth of the mean diagonal.
         diagonal = np.diag(self.normal)
         ridge = RIDGE * (diagonal + RIDGE_FLOOR * float(diagonal.mean()))
         free = np.arange(PREFILL_FEATURES) if estimated else np.arange(len(FEATURES))
