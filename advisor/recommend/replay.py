@@ -88,9 +88,10 @@ class ReplaySettings:
     calibration_running_factor: float = 1.3
     # The window is one draw of the traffic, and a live ratio that draw happened to spare can fall on the next,
     # whose peak holds a few more long prompts. Where holding looks free (the plain and cliff-robust gains under
-    # headroom_below_gain, the recommender's restart bar), the live and chosen ratios are replayed once more on
-    # the window's traffic `headroom` times heavier (its arrivals closer together by that factor): a live ratio
-    # that only just serves this draw loses there, while a plateau wide enough to hold it does not.
+    # headroom_below_gain: twice the recommender's restart bar, as a live ratio inside the hold band holds whatever
+    # its gain), the live and chosen ratios are replayed once more on the window's traffic `headroom` times heavier
+    # (its arrivals closer together by that factor): a live ratio that only just serves this draw loses there,
+    # while a plateau wide enough to hold it does not.
     headroom: float = 1.1
     headroom_below_gain: float = 1.03
     # ... and at least as heavy as the window's last `trend_seconds` came (their arrival rate over the window's,

@@ -22,6 +22,7 @@ from prom_harness import PrometheusServer, free_loopback_port, require_binary, w
 from advisor.config import config_from_dict  # noqa: E402
 from advisor.daemon.runner import Advisor  # noqa: E402
 from advisor.export.collector import AdvisorCollector  # noqa: E402
+from advisor.recommend.engine import RecommenderSettings  # noqa: E402
 from advisor.sim.config import load_server_config  # noqa: E402
 from advisor.sim.emulator import EmulatedServer  # noqa: E402
 from advisor.sim.workload import load_workload  # noqa: E402
@@ -133,7 +134,7 @@ def assert_same_series(store: set[tuple[str, tuple[tuple[str, str], ...]]],
 
 KEPT_NOTE = "advised before stands"  # the note of a move kept from an earlier cycle (engine._recommend)
 CLIFF_NOTE = "sits close to where the replayed goodput falls off"  # a move for a cliff near the live ratio
-# A move whose replayed gain is within this of the recommender's 3% restart bar is at the threshold: two
+# A move whose replayed gain is within this of the recommender's restart bar is at the threshold: two
 # independent samplings of one server (the store's 1 s scrapes, the direct advisor's cycles) fall either side.
 THRESHOLD_MARGIN = 0.02
 # What an advisor says of one server: decision, ratio, the replay's plateau, notes, predicted goodput gain.
@@ -153,7 +154,7 @@ def same_decision(a: Advice, b: Advice) -> bool:
     """The same decision; or one advisor holds where the other advises a move that is no clearer than that:
     - a move it advised on an earlier cycle and keeps (hysteresis: the fixture's direct advisor has watched for
       twenty minutes, a store advisor starts fresh), its ratio on the holding advisor's plateau (to 10%);
-    - a move whose replayed gain is within THRESHOLD_MARGIN of the 3% restart bar;
+    - a move whose replayed gain is within THRESHOLD_MARGIN of the restart bar (`min_goodput_gain`);
     - a move away from a cliff by the live ratio, to a ratio on the holding advisor's plateau."""
     if a[0] == b[0]:
         return True
@@ -164,7 +165,7 @@ def same_decision(a: Advice, b: Advice) -> bool:
         if (any(KEPT_NOTE in note for note in move[3]) and ratio is not None and plateau is not None
                 and plateau[0] / 1.1 <= ratio <= plateau[1] * 1.1):
             return True
-        if gain is not None and gain < 1.03 + THRESHOLD_MARGIN:
+        if gain is not None and gain < 1.0 + RecommenderSettings().min_goodput_gain + THRESHOLD_MARGIN:
             return True
         # a move away from a cliff next to the live ratio, to a ratio on the holding advisor's plateau: both
         # put the target among the good ratios; which sampling sees the cliff inside its margin is a draw
@@ -421,7 +422,7 @@ def test_a_restart_resumes_from_the_checkpoint_and_reads_the_store_only_since(fl
         assert rec.ratio is not None and was is not None and was.ratio is not None
         # Where the restart's replay is due (and the cycle's budget reaches it), it replays the same traffic afresh
         # (another random draw of the lengths), so its plateau may move by the replay's noise (and a gain near
-        # the 3% threshold may turn a hold into a move): the ratio stays on the band it had, or near it.
+        # the restart bar may turn a hold into a move): the ratio stays on the band it had, or near it.
         was_band = (was.ratio, *(was.goodput_plateau or (was.ratio_lower, was.ratio_upper)))
         rec_band = (rec.ratio, *(rec.goodput_plateau or (rec.ratio_lower, rec.ratio_upper)))
         # Two holds whose plateaus overlap are the same advice (keep what runs), wherever the prior fell inside
