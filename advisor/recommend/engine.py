@@ -439,7 +439,7 @@ def _plateaus_read(replay: ReplayCurve) -> str | None:
         (low, high), whole = replay.regime_plateau, "the whole window"
         what = (f"the traffic changed character {replay.regime_seconds / 60:.0f} min before the replay's end: the new "
                 "regime, replayed as if it had filled the window,")
-        apart = "no ratio holds both, and the new regime decides"
+        apart = "no ratio holds both, and the advice is read where the worse of the two scores best"
     elif replay.trend_plateau is not None and _queue_followed(replay):
         (low, high), whole = replay.trend_plateau, "the window as replayed"
         what = (f"the server queued more than the replay: {replay.queue_shown or 0:.0%} of its requests waited "

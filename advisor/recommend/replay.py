@@ -570,6 +570,19 @@ def _interpolated(scores: dict[float, float], ratio: float) -> float:
     return float(np.interp(math.log(ratio), [math.log(r) for r in ratios], [scores[r] for r in ratios]))
 
 
+def _falling_beyond(scores: dict[float, float], ratio: float) -> float:
+    """`_interpolated`, but beyond the candidates a curve falling toward its end goes on falling at the slope of its
+    last two (in log r, down to 0), where the nearest end's score would say the ratios past it were never tried
+    for nothing."""
+    ratios = sorted(scores)
+    if len(ratios) >= 2 and not ratios[0] <= ratio <= ratios[-1]:
+        end, inner = (ratios[0], ratios[1]) if ratio < ratios[0] else (ratios[-1], ratios[-2])
+        if scores[end] < scores[inner]:
+            slope = (scores[inner] - scores[end]) / abs(math.log(inner / end))
+            return max(0.0, scores[end] - slope * abs(math.log(ratio / end)))
+    return _interpolated(scores, ratio)
+
+
 def _open_ends(tried: list[float], plateau: list[float], half_step: float) -> list[float]:
     """Half a step outside each end of `plateau` (a run of `tried`, sorted) where nothing was tried that close."""
     low, high = tried.index(plateau[0]), tried.index(plateau[-1])
@@ -673,7 +686,7 @@ def replay_curve(
     Where the traffic changed character inside the window (`regime_start`), the new regime is replayed on its own
     too, and decides: the ratio is read where both curves are on their plateaus (each score as a share of its
     curve's best, the smaller of the two), so the advice follows the new traffic at once without giving up what
-    the window still remembers; where no ratio is on both plateaus, the new regime's curve alone."""
+    the window still remembers; where no ratio is on both plateaus, where the smaller share is best."""
     settings = settings or ReplaySettings()
     whole, calibrated, load = _window_curve(server, picture, prior_ratio=prior_ratio, live_ratio=live_ratio,
                                             settings=settings, run_many=run_many)
@@ -720,12 +733,14 @@ def _mean_size(requests: Sequence[RequestSpec]) -> float:
 def regime_curve(whole: ReplayCurve, recent: ReplayCurve, *, regime_seconds: float, live_ratio: float | None,
                  settings: ReplaySettings) -> ReplayCurve:
     """The curve the advice is read from after a regime shift: on the new regime's ratios, each one's score the
-    smaller of its share of the new regime's best and of the whole window's, in the new regime's tokens/s; where
-    the two plateaus do not overlap, the new regime's curve itself. The window's check against the server (the
-    running batch at the live ratio) is the window's."""
+    smaller of its share of the new regime's best and of the whole window's, in the new regime's tokens/s. Where
+    the two plateaus do not overlap, the same scores put the advice where the worse of the two shares is best: a
+    regime can end (a drift from chat to documents that went back to chat), and a ratio on one plateau alone can
+    be far down the other's cliff. The window's check against the server (the running batch at the live ratio) is
+    the window's."""
     own = _with_window(recent, whole, regime_seconds=regime_seconds,
                        regime_plateau=(recent.width_lower, recent.width_upper))
-    return _read_both(own, whole, live_ratio=live_ratio, settings=settings)
+    return _read_both(own, whole, live_ratio=live_ratio, settings=settings, apart=True)
 
 
 def trend_curve(whole: ReplayCurve, ahead: ReplayCurve, *, load: float, live_ratio: float | None,
@@ -743,17 +758,20 @@ def trend_curve(whole: ReplayCurve, ahead: ReplayCurve, *, load: float, live_rat
 
 
 def _read_both(own: ReplayCurve, whole: ReplayCurve, *, live_ratio: float | None,
-               settings: ReplaySettings) -> ReplayCurve:
+               settings: ReplaySettings, apart: bool = False) -> ReplayCurve:
     """`own` (the other curve, with the window's fields) read where both it and the window's curve are on their
-    plateaus; where no ratio is, `own` as it is."""
-    if not own.reads_both_plateaus:
+    plateaus; where no ratio is, `own` as it is, or with `apart` where the worse of its two shares is best."""
+    if not own.reads_both_plateaus and not apart:
         return own
     own_best = max(p.goodput for p in own.points)
     whole_best = max(p.goodput for p in whole.points)
     if not own_best > 0 or not whole_best > 0:
         return own
-    scores = {p.ratio: own_best * min(p.goodput / own_best, whole.goodput_at(p.ratio) / whole_best)
-              for p in own.points}
+    # Apart, the window's share matters off its plateau, past the ratios it ran too: where its curve falls toward an
+    # end, it is read as falling on.
+    whole_scores = {point.ratio: point.goodput for point in whole.points}
+    whole_at = (lambda ratio: _falling_beyond(whole_scores, ratio)) if apart else whole.goodput_at
+    scores = {p.ratio: own_best * min(p.goodput / own_best, whole_at(p.ratio) / whole_best) for p in own.points}
     return _reread(own, [replace(p, goodput=scores[p.ratio]) for p in own.points],
                    tolerance=max(own.plateau_tolerance, whole.plateau_tolerance), live_ratio=live_ratio,
                    settings=settings, headroom_gain=None, headroom=1.0,

@@ -452,7 +452,7 @@ def test_after_a_regime_shift_the_recommendation_says_which_plateaus_it_read():
     assert (rec.decision, rec.reason_code) == ("lower_ratio", "kv_pool_short")
     assert any("changed character 7 min" in note and "read where both hold" in note for note in rec.notes)
     apart = replace(both, window_plateau=(0.8, 2.0))
-    assert any("the new regime decides" in note for note in _recommend_on(apart, est, now).notes)
+    assert any("read where the worse of the two scores best" in note for note in _recommend_on(apart, est, now).notes)
     assert not any("changed character" in note for note in _recommend_on(replace(both, regime_seconds=None), est,
                                                                           now).notes)
 

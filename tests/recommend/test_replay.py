@@ -578,12 +578,21 @@ def test_where_no_ratio_holds_the_window_and_the_heavier_traffic_the_window_as_o
     assert curve.runs == len(runs)
 
 
-def _plateau_by_traffic(window: tuple[float, float], regime: tuple[float, float], runs: list | None = None):
+def _plateau_by_traffic(window: tuple[float, float], regime: tuple[float, float], runs: list | None = None,
+                        slope: float | None = None):
     """A stand-in whose plateau is `regime` on a picture of documents alone and `window` on the mixed window (each
-    ratio it runs appended to `runs`)."""
+    ratio it runs appended to `runs`): off it the SLO score is halved, or with `slope` falls by that share per unit
+    of log r away from the plateau."""
     from dataclasses import replace as dc_replace
 
     template = _template()
+
+    def share(r: float, lower: float, upper: float) -> float:
+        if lower <= r <= upper:
+            return 1.0
+        if slope is None:
+            return 0.5
+        return max(0.0, 1.0 - slope * math.log(lower / r if r < lower else r / upper))
 
     def run_many(_server, picture, ratios, _settings):
         if runs is not None:
@@ -591,7 +600,7 @@ def _plateau_by_traffic(window: tuple[float, float], regime: tuple[float, float]
         mean = sum(r.input_tokens for r in picture.requests) / len(picture.requests)
         lower, upper = regime if mean > 10000 else window
         return [dc_replace(template, ratio=r, completed_requests=5000, goodput_tokens_per_second=1000.0,
-                           slo_goodput_tokens_per_second=1000.0 * (1.0 if lower <= r <= upper else 0.5))
+                           slo_goodput_tokens_per_second=1000.0 * share(r, lower, upper))
                 for r in ratios]
     return run_many
 
@@ -616,14 +625,23 @@ def test_after_a_regime_shift_the_advice_is_read_where_the_new_regime_and_the_wi
     assert restored.window_plateau == curve.window_plateau and restored.regime_seconds == curve.regime_seconds
 
 
-def test_where_no_ratio_holds_both_the_new_regime_decides():
+def test_where_no_ratio_holds_both_the_advice_is_read_where_the_worse_of_the_two_is_best():
+    """The new regime is on its plateau over 0.05-0.15, the window over 0.3-3.0, each falling off by 40% per unit
+    of log r: the ratio is read between them, where neither loses more than the other, not at the new regime's
+    best, where the traffic the window still remembers would fall off (a regime can end: held-out TP2's drift from
+    chat to documents went back to chat, and the documents' ratio scored 3.9% of the best over the whole watch)."""
     server = load_server_config("default")
     runs: list[float] = []
     curve = replay_curve(server, _chat_then_documents(), prior_ratio=1.0, live_ratio=0.9,
-                         run_many=_plateau_by_traffic(window=(0.3, 3.0), regime=(0.05, 0.15), runs=runs))
+                         run_many=_plateau_by_traffic(window=(0.3, 3.0), regime=(0.05, 0.15), runs=runs, slope=0.4))
     assert curve is not None and curve.regime_seconds == pytest.approx(300.0) and not curve.reads_both_plateaus
     assert curve.runs == len(runs)
-    assert 0.05 <= curve.width_lower < curve.chosen_ratio < curve.width_upper <= 0.15
+    assert curve.regime_plateau is not None and curve.regime_plateau[1] <= 0.15
+    assert curve.window_plateau is not None and curve.window_plateau[0] >= 0.3
+    assert 0.15 < curve.chosen_ratio < 0.3
+    # halfway in log r: neither side's share is much below the other's
+    middle = math.sqrt(0.15 * 0.3)
+    assert abs(math.log(curve.chosen_ratio / middle)) < 0.2
 
 
 def test_without_regime_settings_the_window_alone_is_replayed():
