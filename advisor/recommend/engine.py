@@ -458,6 +458,12 @@ def _plateaus_read(replay: ReplayCurve) -> str | None:
             f"{window_high:.3g}; " + ("the advice is read where both hold" if replay.reads_both_plateaus else apart))
 
 
+# The restart bar's multiple for a replay whose running batch at the live ratio is not the server's (the 3% every
+# replay once had to pass): from /metrics alone such a picture's next draw moved agent sessions on one GPU from a
+# hold to a lower and back, on gains between the two bars.
+OFF_PICTURE_BAR_FACTOR = 2.0
+
+
 def _gain_bar(replay: ReplayCurve | None, outcomes: PoolOutcomes | None, settings: RecommenderSettings,
               previous: Recommendation | None, target: float, live_ratio: float | None,
               ) -> tuple[float | None, float | None, float]:
@@ -472,11 +478,14 @@ def _gain_bar(replay: ReplayCurve | None, outcomes: PoolOutcomes | None, setting
         # Hysteresis: a move already advised in this direction stands until its gain falls below a third of the
         # bar, so a gain hovering at the threshold does not flip the decision every replay; and a move advised
         # for a cliff stands while the cliff stays within the replay's wider keep margin.
+        # A replay whose batch at the live ratio is not the server's pictured other traffic: its gains are read
+        # against a bar OFF_PICTURE_BAR_FACTOR times higher.
+        bar = settings.min_goodput_gain * (OFF_PICTURE_BAR_FACTOR if replay.live_running_matches is False else 1.0)
         direction = "raise_ratio" if live_ratio is not None and target > live_ratio else "lower_ratio"
         if previous is not None and previous.decision == direction:
             gain = max(g for g in (gain, replay.keep_robust_gain) if g is not None)
-            return gain, None, settings.min_goodput_gain * settings.keep_gain_share
-        return gain, None, settings.min_goodput_gain
+            return gain, None, bar * settings.keep_gain_share
+        return gain, None, bar
     if outcomes is None:
         return None, None, settings.min_gain
     return outcomes.gain, outcomes.balanced_gain, settings.min_gain

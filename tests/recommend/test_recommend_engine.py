@@ -8,7 +8,13 @@ import pytest
 from advisor.estimate.workload import EstimatorSettings, WorkloadEstimator
 from advisor.model.pools import GIB, ByteConstants, optimal_ratio
 from advisor.model.serving import ServingConfig
-from advisor.recommend.engine import RecommenderSettings, ServerModel, WorkloadPicture, recommend
+from advisor.recommend.engine import (
+    OFF_PICTURE_BAR_FACTOR,
+    RecommenderSettings,
+    ServerModel,
+    WorkloadPicture,
+    recommend,
+)
 from advisor.recommend.types import Recommendation
 
 CONSTANTS = ByteConstants(13.50 * GIB / 258, 15.03 * GIB / 1167553)
@@ -243,6 +249,30 @@ def test_an_advised_move_stands_until_its_replayed_gain_falls_below_a_share_of_t
     assert decide(None) == "hold" and decide("hold") == "hold"
     assert decide("raise_ratio") == "raise_ratio"  # +1% is above a third of the bar: the advised raise stands
     assert decide("lower_ratio") == "hold"
+
+
+def test_a_replay_whose_batch_is_not_the_servers_must_gain_twice_the_bar_to_move():
+    """+2% at 1.5 moves a server whose replay ran the live ratio's batch as the server did, and holds one whose
+    replay ran twice the server's batch there (its picture of the traffic is off): such a picture's next draw moved
+    agent sessions on one GPU from a hold to a lower and back, on gains between the two bars."""
+    from dataclasses import replace
+
+    est, now = run([[(8192, 1024)] * 600])
+    points = [(0.3, 1000.0), (0.5, 1000.0), (0.9, 1000.0), (1.5, 1020.0), (3.0, 900.0)]
+    settings = RecommenderSettings()
+    assert settings.min_goodput_gain < 0.02 < OFF_PICTURE_BAR_FACTOR * settings.min_goodput_gain
+    curve = _curve(points, 1.5, live=0.9, lower=1.4, upper=1.6, prior=1.7)
+    matched = _recommend_on(replace(curve, live_running_matches=True, live_running_shown=14.0,
+                                    live_running_replayed=15.0), est, now)
+    assert (matched.decision, matched.reason_code) == ("raise_ratio", "state_pool_short")
+    off = _recommend_on(replace(curve, live_running_matches=False, live_running_shown=14.0,
+                                live_running_replayed=28.0), est, now)
+    assert (off.decision, off.reason_code) == ("hold", "gain_below_threshold")
+    assert any("picture of the traffic is off" in note for note in off.notes)
+    # a raise advised before stands while its gain is above a third of the doubled bar
+    kept = _recommend_on(replace(curve, live_running_matches=False, live_running_shown=14.0,
+                                 live_running_replayed=28.0), est, now, _previous("raise_ratio"))
+    assert kept.decision == "raise_ratio"
 
 
 def test_a_live_ratio_next_to_a_cliff_moves_though_the_observed_traffic_did_not_fall_off_it():
