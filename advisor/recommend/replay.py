@@ -740,7 +740,7 @@ def regime_curve(whole: ReplayCurve, recent: ReplayCurve, *, regime_seconds: flo
     the window's."""
     own = _with_window(recent, whole, regime_seconds=regime_seconds,
                        regime_plateau=(recent.width_lower, recent.width_upper))
-    return _read_both(own, whole, live_ratio=live_ratio, settings=settings, apart=True)
+    return _read_both(own, whole, live_ratio=live_ratio, settings=settings, regime=True)
 
 
 def trend_curve(whole: ReplayCurve, ahead: ReplayCurve, *, load: float, live_ratio: float | None,
@@ -758,19 +758,20 @@ def trend_curve(whole: ReplayCurve, ahead: ReplayCurve, *, load: float, live_rat
 
 
 def _read_both(own: ReplayCurve, whole: ReplayCurve, *, live_ratio: float | None,
-               settings: ReplaySettings, apart: bool = False) -> ReplayCurve:
+               settings: ReplaySettings, regime: bool = False) -> ReplayCurve:
     """`own` (the other curve, with the window's fields) read where both it and the window's curve are on their
-    plateaus; where no ratio is, `own` as it is, or with `apart` where the worse of its two shares is best."""
-    if not own.reads_both_plateaus and not apart:
+    plateaus; where no ratio is, `own` as it is (a trend's caller returns before), or after a regime shift
+    (`regime`) where the worse of its two shares is best."""
+    if not own.reads_both_plateaus and not regime:
         return own
     own_best = max(p.goodput for p in own.points)
     whole_best = max(p.goodput for p in whole.points)
     if not own_best > 0 or not whole_best > 0:
         return own
-    # Apart, the window's share matters off its plateau, past the ratios it ran too: where its curve falls toward an
-    # end, it is read as falling on.
+    # After a regime shift the new regime's ratios may lie past the ones the window ran, and where the two plateaus
+    # lie apart its share there decides: where its curve falls toward an end, it is read as falling on.
     whole_scores = {point.ratio: point.goodput for point in whole.points}
-    whole_at = (lambda ratio: _falling_beyond(whole_scores, ratio)) if apart else whole.goodput_at
+    whole_at = (lambda ratio: _falling_beyond(whole_scores, ratio)) if regime else whole.goodput_at
     scores = {p.ratio: own_best * min(p.goodput / own_best, whole_at(p.ratio) / whole_best) for p in own.points}
     return _reread(own, [replace(p, goodput=scores[p.ratio]) for p in own.points],
                    tolerance=max(own.plateau_tolerance, whole.plateau_tolerance), live_ratio=live_ratio,
