@@ -22,7 +22,7 @@ from prom_harness import PrometheusServer, free_loopback_port, require_binary, w
 from advisor.config import config_from_dict  # noqa: E402
 from advisor.daemon.runner import Advisor  # noqa: E402
 from advisor.export.collector import AdvisorCollector  # noqa: E402
-from advisor.recommend.engine import RecommenderSettings  # noqa: E402
+from advisor.recommend.engine import OFF_PICTURE_BAR_FACTOR, RecommenderSettings  # noqa: E402
 from advisor.sim.config import load_server_config  # noqa: E402
 from advisor.sim.emulator import EmulatedServer  # noqa: E402
 from advisor.sim.workload import load_workload  # noqa: E402
@@ -135,8 +135,10 @@ def assert_same_series(store: set[tuple[str, tuple[tuple[str, str], ...]]],
 KEPT_NOTE = "advised before stands"  # the note of a move kept from an earlier cycle (engine._recommend)
 CLIFF_NOTE = "sits close to where the replayed goodput falls off"  # a move for a cliff near the live ratio
 # A move whose replayed gain is within this of the recommender's restart bar is at the threshold: two
-# independent samplings of one server (the store's 1 s scrapes, the direct advisor's cycles) fall either side.
+# independent samplings of one server (the store's 1 s scrapes, the direct advisor's cycles) fall either side. The
+# bar is the higher one (a picture that is off), as either sampling's picture may be off where the other's is not.
 THRESHOLD_MARGIN = 0.02
+RESTART_BAR = RecommenderSettings().min_goodput_gain * OFF_PICTURE_BAR_FACTOR
 # What an advisor says of one server: decision, ratio, the replay's plateau, notes, predicted goodput gain.
 Advice = tuple[str, "float | None", "tuple[float, float] | None", list[str], "float | None"]
 
@@ -154,7 +156,7 @@ def same_decision(a: Advice, b: Advice) -> bool:
     """The same decision; or one advisor holds where the other advises a move that is no clearer than that:
     - a move it advised on an earlier cycle and keeps (hysteresis: the fixture's direct advisor has watched for
       twenty minutes, a store advisor starts fresh), its ratio on the holding advisor's plateau (to 10%);
-    - a move whose replayed gain is within THRESHOLD_MARGIN of the restart bar (`min_goodput_gain`);
+    - a move whose replayed gain is within THRESHOLD_MARGIN of the restart bar (RESTART_BAR);
     - a move away from a cliff by the live ratio, to a ratio on the holding advisor's plateau."""
     if a[0] == b[0]:
         return True
@@ -165,7 +167,7 @@ def same_decision(a: Advice, b: Advice) -> bool:
         if (any(KEPT_NOTE in note for note in move[3]) and ratio is not None and plateau is not None
                 and plateau[0] / 1.1 <= ratio <= plateau[1] * 1.1):
             return True
-        if gain is not None and gain < 1.0 + RecommenderSettings().min_goodput_gain + THRESHOLD_MARGIN:
+        if gain is not None and gain < 1.0 + RESTART_BAR + THRESHOLD_MARGIN:
             return True
         # a move away from a cliff next to the live ratio, to a ratio on the holding advisor's plateau: both
         # put the target among the good ratios; which sampling sees the cliff inside its margin is a draw
