@@ -96,7 +96,7 @@ HELDOUT_DIR = Path(__file__).resolve().parent / "heldout"
 HELDOUT_SERVERS = ("default", "single-gpu-moe")
 # Deployments never used to tune the advisor (`--heldout`, bench/heldout/servers/): every shape, the suite's and
 # the held-out ones, is new there. server -> the rate factor (as in SERVERS).
-HELDOUT_DEPLOYMENTS: dict[str, float] = {"tp2-dense-mamba2": 0.5, "l40s-dense-hybrid-8b": 0.18}
+HELDOUT_DEPLOYMENTS: dict[str, float] = {"tp2-dense-mamba2": 0.5, "l40s-dense-hybrid-8b": 0.18, "h100-kda-48b": 0.5}
 # Held-out shapes whose demand leans on what the TP8 node has plenty of and the slower deployments do not: off the TP8
 # node they come this much heavier than the deployment's rate factor (set for the suite's shapes), else every ratio
 # serves them there and their rows measure nothing (the advisor, the formula and 0.9 all scored 100%).
