@@ -43,6 +43,9 @@ TURN_OUTPUT_CAP = 4096
 # much as a gap one e-fold less likely (a session's next turn follows its previous one's end by the client's
 # think or tool time).
 TURN_GAP_SECONDS = 60.0
+# The requests a request-log picture copies the server's held ones from (`_past_the_cut`): the latest this many
+# before its cut at least.
+TAIL_POOL_MIN = 30
 # A prompt bucket's outputs are rescaled by its mean residence only when this many of its requests finished.
 MIN_BUCKET_FINISHES = 5
 # How strongly an output may follow its prompt: the calibration tries weights from -PAIRING_STRENGTH to
@@ -903,16 +906,17 @@ class TrafficEstimator:
 
     def picture(self, seed: int = 0) -> TrafficPicture | None:
         """The replayable traffic of the window, or None when too little has been seen."""
-        picture = self._exact_picture() or self._binned_picture(seed)
+        picture = self._exact_picture(seed) or self._binned_picture(seed)
         if picture is None or len(picture.requests) <= self.settings.max_replay_requests:
             return picture
         # The most recent requests only, from the first of them (what ran before is not replayed).
         return picture_since(picture, picture.requests[len(picture.requests) - self.settings.max_replay_requests].time)
 
-    def _exact_picture(self) -> TrafficPicture | None:
+    def _exact_picture(self, seed: int = 0) -> TrafficPicture | None:
         """The finished requests whose arrivals are known completely: from the first finish seen (an earlier
         arrival is only known if it finished late) to the last finish less the 98th percentile of e2e latency
-        (a later arrival may not have finished yet)."""
+        (a later arrival may not have finished yet); then, where the scrapes count what the server holds, the
+        requests that came after that cut (`_past_the_cut`) up to the last finish."""
         if len(self.exact) < 2:
             return None
         finishes = np.asarray([r.arrival if r.finish is None else r.finish for r in self.exact])
@@ -928,6 +932,10 @@ class TrafficEstimator:
         if (span < self.settings.exact_coverage * self.settings.window_seconds and not enough
                 and not self._exact_covers_history(span)):
             return None
+        tail = self._past_the_cut(records, upper, float(finishes.max()), seed)
+        if tail:
+            records = sorted([*records, *tail], key=lambda r: r.arrival)
+            span = max(span, float(finishes.max()) - first)
         requests = [
             RequestSpec(r.arrival - first, r.input_tokens, max(1, r.output_tokens),
                         max(r.max_new_tokens or UNSET_MAX_NEW_TOKENS, max(1, r.output_tokens)))
@@ -935,6 +943,65 @@ class TrafficEstimator:
         ]
         requests = prefix_groups(records, requests)
         return TrafficPicture(requests=requests, window_seconds=max(span, 1.0), source="request_log")
+
+    def _past_the_cut(self, records: Sequence[ExactRequest], upper: float, last: float,
+                      seed: int) -> list[ExactRequest]:
+        """The requests that arrived after the exact picture's cut (`upper`) up to the last finish: those that
+        finished as they are, and as many more as the server held at the last scrape (running + queued, which no
+        request log line shows before they finish), spread evenly over the span (`_held_requests`). Under a queue
+        at the live ratio the cut lies minutes back (a request's e2e latency is mostly its wait), and those minutes
+        are the newest traffic: a request-log picture without them showed a drift back to chat 3.7 minutes late,
+        and its curve peaked at r 3.9 where the whole timeline's peaked at 3.1. None where the scrapes have not
+        counted what the server holds."""
+        held = self.last_in_system
+        if held is None or not math.isfinite(held) or not last > upper or not records:
+            return []
+        finished = [r for r in self.exact if r.arrival > upper]
+        count = int(round(max(0.0, held)))
+        if count == 0:
+            return finished
+        known = sorted([*records, *finished], key=lambda r: r.arrival)
+        rng = np.random.default_rng(seed)
+        step = (last - upper) / count
+        return [*finished, *(replace(request, arrival=upper + step * (k + 0.5))
+                             for k, request in enumerate(self._held_requests(known, count, rng)))]
+
+    def _held_requests(self, known: Sequence[ExactRequest], count: int,
+                       rng: np.random.Generator) -> list[ExactRequest]:
+        """`count` requests standing for what the server holds unfinished, by arrival. Those it runs (all held but
+        the scrape's queued) were the newest the prefill lines admitted: their prompts are drawn from those, each
+        with the output and cap of the latest known request whose prompt is nearest its own (the pairing the
+        traffic showed). Those still queued came after them and no line shows their lengths: copies of the
+        latest known requests by arrival. Without prefill lines, all are copies. No cached prefix: which turn a
+        held request continues is not known."""
+        pool = list(known[-max(count, TAIL_POOL_MIN):])
+        queued = count if self.last_queued is None else min(count, int(round(max(0.0, self.last_queued))))
+        running = count - queued
+        admitted: list[int] = []
+        if running and self.bins:
+            recent: list[TrafficBin] = []
+            seen = 0
+            for traffic_bin in reversed(self.bins):
+                recent.append(traffic_bin)
+                seen += sum(batch[0] for batch in traffic_bin.admissions)
+                if seen >= max(running, TAIL_POOL_MIN):
+                    break
+            prompts = self._admitted_prompts(recent[::-1], rng)
+            admitted = [prompt.tokens for prompt in prompts[-max(running, TAIL_POOL_MIN):]]
+        if not admitted:
+            queued, running = count, 0
+        out = []
+        order = sorted(range(len(pool)), key=lambda k: pool[k].input_tokens)
+        lengths = [pool[k].input_tokens for k in order]
+        for i in rng.integers(0, len(admitted), running) if running else ():
+            tokens = admitted[int(i)]
+            at = bisect.bisect_left(lengths, tokens)
+            near = min((j for j in (at - 1, at) if 0 <= j < len(lengths)), key=lambda j: abs(lengths[j] - tokens))
+            like = pool[order[near]]
+            out.append(ExactRequest(arrival=0.0, input_tokens=tokens, output_tokens=like.output_tokens,
+                                    max_new_tokens=like.max_new_tokens, finish=math.inf))
+        out += [replace(pool[int(i)], cached_tokens=0, finish=math.inf) for i in rng.integers(0, len(pool), queued)]
+        return out
 
     def _exact_covers_history(self, span: float) -> bool:
         """Exact records cover all that was observed (a young daemon): the bins hold no more than they do."""

@@ -206,12 +206,53 @@ def test_under_a_long_queue_enough_exact_requests_beat_the_histogram_bins():
     traffic.observe_requests(records)
     picture = traffic.picture()
     assert picture is not None and picture.source == "request_log"
-    assert picture.window_seconds < 0.5 * 1800 and len(picture.requests) >= 1000
+    known = [r for r in picture.requests if r.time <= 700.0]
+    assert len(known) >= 1000 and known[-1].time < 0.5 * 1800
+    # past the cut, up to the last finish: the 50 the server holds (the scrapes' running + queued)
+    assert len(picture.requests) - len(known) == 50 and picture.window_seconds == 1799.5
     # too few of them: the bins stay
     sparse = TrafficEstimator(TrafficSettings(window_seconds=1800, exact_min_requests=5000))
     sparse.bins, sparse.last_in_system = traffic.bins, traffic.last_in_system
     sparse.observe_requests(records)
     assert sparse.picture().source == "metrics"
+
+
+def test_past_the_cut_the_requests_the_server_holds_join_the_request_log_picture():
+    """Under a queue a request's latency is mostly its wait, and the cut where the log's arrivals are known
+    completely lies minutes before the last finish. The newest traffic (documents now, after chat) is what the
+    server holds: as many requests as the scrapes count running + queued join the picture past the cut, the
+    running ones with the prompts the prefill lines last admitted, each with the output of the known request of
+    the nearest prompt, the queued ones as copies of the latest known requests. Without a scrape's count there is
+    no tail."""
+    def estimator(scraped: bool) -> TrafficEstimator:
+        traffic = TrafficEstimator(TrafficSettings(window_seconds=1800))
+        # chat every second, each waiting 120 s; in the last minutes documents arrive, and none has finished yet
+        records = [ExactRequest(arrival=float(t), input_tokens=800 + t % 5, output_tokens=200, max_new_tokens=2048,
+                                finish=t + 120.0) for t in range(0, 1500)]
+        records.append(ExactRequest(arrival=1450.0, input_tokens=20000, output_tokens=900, max_new_tokens=8192,
+                                    finish=1470.0))  # one document that finished: its output pairs the held ones
+        traffic.observe_requests(records)
+        if scraped:
+            traffic.observe_interval(1590.0, 15.0, finished=0, in_system=100, queued=None)
+            traffic.observe_admissions([[1, 20000, 0]] * 40, chunk_tokens=None)  # the newest admitted: documents
+            traffic.observe_interval(1620.0, 30.0, finished=15, in_system=100, queued=60)
+        return traffic
+
+    plain = estimator(scraped=False).picture()
+    assert plain is not None and plain.source == "request_log"
+    # from the first finish (an arrival before it is known only if it finished late) to the cut, 1,499 s
+    assert plain.window_seconds == pytest.approx(1499.0 - 120.0) and len(plain.requests) == 1381
+    picture = estimator(scraped=True).picture()
+    assert picture is not None and picture.source == "request_log"
+    assert picture.window_seconds == pytest.approx(1619.0 - 120.0)  # up to the last finish
+    past = [r for r in picture.requests if r.time > plain.window_seconds]
+    assert len(past) == 100  # the server's 100 (nothing that arrived past the cut has finished)
+    running = [r for r in past if r.input_tokens == 20000]
+    assert len(running) >= 40 and all(r.output_tokens == 900 and r.max_new_tokens == 8192 for r in running)
+    # the queued ones are copies of the latest known requests (chat), spread evenly up to the last finish
+    copies = [r for r in past if r.input_tokens in range(800, 805)]
+    assert len(copies) >= 55 and all(r.output_tokens == 200 for r in copies)
+    assert max(r.time for r in past) > picture.window_seconds - 10
 
 
 def test_admitted_prompts_follow_chunks_and_shared_batches():
