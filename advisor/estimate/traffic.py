@@ -976,23 +976,11 @@ class TrafficEstimator:
         held request continues is not known."""
         pool = list(known[-max(count, TAIL_POOL_MIN):])
         queued = count if self.last_queued is None else min(count, int(round(max(0.0, self.last_queued))))
-        running = count - queued
-        admitted: list[int] = []
-        if running and self.bins:
-            recent: list[TrafficBin] = []
-            seen = 0
-            for traffic_bin in reversed(self.bins):
-                recent.append(traffic_bin)
-                seen += sum(batch[0] for batch in traffic_bin.admissions)
-                if seen >= max(running, TAIL_POOL_MIN):
-                    break
-            prompts = self._admitted_prompts(recent[::-1], rng)
-            admitted = [prompt.tokens for prompt in prompts[-max(running, TAIL_POOL_MIN):]]
-        if not admitted:
-            queued, running = count, 0
-        out = []
+        admitted = self._newest_admitted(count - queued, rng) if count > queued else []
+        running = count - queued if admitted else 0
         order = sorted(range(len(pool)), key=lambda k: pool[k].input_tokens)
         lengths = [pool[k].input_tokens for k in order]
+        out = []
         for i in rng.integers(0, len(admitted), running) if running else ():
             tokens = admitted[int(i)]
             at = bisect.bisect_left(lengths, tokens)
@@ -1000,8 +988,22 @@ class TrafficEstimator:
             like = pool[order[near]]
             out.append(ExactRequest(arrival=0.0, input_tokens=tokens, output_tokens=like.output_tokens,
                                     max_new_tokens=like.max_new_tokens, finish=math.inf))
-        out += [replace(pool[int(i)], cached_tokens=0, finish=math.inf) for i in rng.integers(0, len(pool), queued)]
+        out += [replace(pool[int(i)], cached_tokens=0, finish=math.inf)
+                for i in rng.integers(0, len(pool), count - running)]
         return out
+
+    def _newest_admitted(self, count: int, rng: np.random.Generator) -> list[int]:
+        """The prompts (tokens) of the last `count` requests the prefill lines admitted, at least TAIL_POOL_MIN of
+        them where the bins hold as many: read from the fewest newest bins that do (`_admitted_prompts`)."""
+        wanted = max(count, TAIL_POOL_MIN)
+        recent: list[TrafficBin] = []
+        seen = 0
+        for traffic_bin in reversed(self.bins):
+            if seen >= wanted:
+                break
+            recent.append(traffic_bin)
+            seen += sum(batch[0] for batch in traffic_bin.admissions)
+        return [prompt.tokens for prompt in self._admitted_prompts(recent[::-1], rng)[-wanted:]]
 
     def _exact_covers_history(self, span: float) -> bool:
         """Exact records cover all that was observed (a young daemon): the bins hold no more than they do."""

@@ -372,11 +372,10 @@ def _overloaded(results: Iterable[SimResult]) -> bool:
     requests times its share of tokens within the bound)."""
     done = list(results)
     best_raw = max((_raw_goodput(r) for r in done), default=0.0)
-    best = max(done, key=_slo_goodput, default=None)
-    if best is None or not best_raw > 0:
+    if not best_raw > 0:
         return False
-    best_slo = _slo_goodput(best)
-    raw = _raw_goodput(best)
+    best = max(done, key=_slo_goodput)
+    best_slo, raw = _slo_goodput(best), _raw_goodput(best)
     within = best.completed_requests * best_slo / raw if raw > 0 else 0.0
     return best_slo < OVERLOAD_SLO_SHARE * best_raw and within < OVERLOAD_SLO_REQUESTS
 
