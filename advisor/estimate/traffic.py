@@ -551,46 +551,158 @@ def prefix_groups(records: Sequence[ExactRequest], requests: Sequence[RequestSpe
     finished before it arrived (input + output, less the last sampled token, page-rounded down) is that
     conversation's next turn: it joins the earlier one's group, which leaves its sequence cached when it
     finishes (SGLang's cache_finished_req). Any other matched prefix is a fixed shared one (a system prompt):
-    the requests matching the same length share it. The model then re-decides, at each candidate ratio, what
-    stays cached and what is evicted; records without cached counts replay without reuse."""
+    the requests matching the same length share it, unless the sequence matched is an earlier turn of a
+    conversation a later turn already continued: the cache lost what came since, or the previous turn still
+    ran (`_latest_turn`). Turns the server's cache missed are found as well (`_missed_turns`). The model then
+    re-decides, at each candidate ratio, what stays cached and what is evicted; records without cached counts
+    replay without reuse."""
     if not any(r.cached_tokens > 0 for r in records):
         return list(requests)
-    group: list[str | None] = [None] * len(records)
-    prefix = [0] * len(records)
-    extends = [False] * len(records)
+    parent: list[int | None] = [None] * len(records)
+    shared: list[int] = [0] * len(records)
     finishing = sorted(range(len(records)), key=lambda k: _finish_of(records[k]))
     released = 0
     open_totals: list[tuple[int, float, int]] = []  # (sequence length, finish, index) of unclaimed turns
+    claimed_totals: list[tuple[int, float, int]] = []  # ... of finished turns a later turn continued
+    claimed: set[int] = set()
+    conversation = list(range(len(records)))  # a turn's conversation: its first turn's index
+    turns: dict[int, list[int]] = {}  # conversation -> its turns so far, by arrival
+
+    def entry(k: int) -> tuple[int, float, int]:
+        return records[k].input_tokens + records[k].output_tokens, _finish_of(records[k]), k
+
+    def claim(k: int, j: int) -> None:
+        if _finish_of(records[k]) <= records[j].arrival:  # finished: from the open turns to the continued ones
+            del open_totals[bisect.bisect_left(open_totals, entry(k))]
+            bisect.insort(claimed_totals, entry(k))
+        claimed.add(k)
+        parent[j], conversation[j] = k, conversation[k]
+
     for j, record in enumerate(records):
         while released < len(finishing) and _finish_of(records[finishing[released]]) <= record.arrival:
             k = finishing[released]
-            bisect.insort(open_totals, (records[k].input_tokens + records[k].output_tokens, _finish_of(records[k]), k))
+            bisect.insort(claimed_totals if k in claimed else open_totals, entry(k))
             released += 1
         cached = record.cached_tokens
-        if cached <= 0:
-            continue
-        # the previous turn: its sequence (minus the last token) rounded down to a page is what matched
-        # (the closest such sequence; of equal ones, the turn that finished last)
-        low = bisect.bisect_left(open_totals, (cached + 1, -math.inf, -1))
-        high = bisect.bisect_right(open_totals, (cached + max(PREFIX_MATCH_SLACK, cached // 50), math.inf, 1 << 62))
-        match = None
-        if low < high:
-            closest = open_totals[low][0]
-            match = max((m for m in range(low, high) if open_totals[m][0] == closest), key=lambda m: open_totals[m][1])
-        if match is not None and open_totals[match][0] - 1 < record.input_tokens:
-            total, _, k = open_totals.pop(match)
-            if group[k] is None:
-                group[k], extends[k] = f"turns-{k}", True
-            group[j] = group[k] if extends[k] else f"turns-{k}"
-            prefix[j], extends[j] = total - 1, True
-        else:
-            group[j], prefix[j] = f"shared-{cached}", cached
+        if cached > 0:
+            # the previous turn: its sequence (minus the last token) rounded down to a page is what matched
+            # (the closest such sequence; of equal ones, the turn that finished last)
+            bounds = ((cached + 1, -math.inf, -1), (cached + max(PREFIX_MATCH_SLACK, cached // 50), math.inf, 1 << 62))
+            match = _closest(open_totals, *bounds)
+            earlier = None if match is not None else _closest(claimed_totals, *bounds)
+            if match is not None and match[0] - 1 < record.input_tokens:
+                claim(match[2], j)
+            elif earlier is not None and (tip := _latest_turn(records, turns[conversation[earlier[2]]], claimed,
+                                                              record.input_tokens)) is not None:
+                claim(tip, j)
+            else:
+                shared[j] = cached
+        turns.setdefault(conversation[j], []).append(j)
+    _missed_turns(records, parent, shared)
+    group: list[str | None] = [None] * len(records)
+    prefix = [0] * len(records)
+    extends = [False] * len(records)
+    for j in range(len(records)):  # by arrival: a turn's previous turn is named before it
+        previous = parent[j]
+        if previous is not None:
+            if group[previous] is None:
+                group[previous], extends[previous] = f"turns-{previous}", True
+            # a turn after a shared prompt opens its own conversation
+            group[j] = group[previous] if extends[previous] else f"turns-{previous}"
+            prefix[j], extends[j] = _sequence(records[previous]), True
+        elif shared[j]:
+            group[j], prefix[j] = f"shared-{shared[j]}", shared[j]
     return [
         RequestSpec(spec.time, spec.input_tokens, spec.output_tokens, spec.max_new_tokens, group[k],
                     min(prefix[k], spec.input_tokens - 1), extends_prefix=extends[k])
         if group[k] is not None else spec
         for k, spec in enumerate(requests)
     ]
+
+
+# The matched turns a window must show before its unmatched requests are read as turns the cache missed.
+MISSED_TURNS_MIN_MATCHED = 20
+# The share of the matched turns' new tokens and of their gaps (previous finish to arrival) a missed turn's must
+# lie within.
+MISSED_TURNS_QUANTILE = 0.95
+
+
+def _missed_turns(records: Sequence[ExactRequest], parent: list[int | None], shared: list[int]) -> None:
+    """Links, in `parent`, the conversation turns the server's radix cache missed. On a hybrid model a cached
+    prefix holds a recurrent state, and SGLang evicts those states when the running requests need the slots
+    (mem_cache/mamba_radix_cache.py), so under a tight state pool many next turns match nothing: read as requests
+    of their own, a replay at a ratio with slots to spare would prefill them whole, and credit more slots with
+    clearing a queue the reuse never builds. Where the window shows a conversation pattern (at least
+    MISSED_TURNS_MIN_MATCHED matched turns), a request that matched nothing and whose prompt is an earlier
+    finished, unclaimed request's sequence plus new tokens as many as the matched turns' add, after a gap as
+    long as theirs (both within their MISSED_TURNS_QUANTILE), is that request's next turn: of the candidates, the
+    likeliest under log-normal fits of the matched turns' new tokens and gaps. Records without finish times
+    (lines, not request logs) are left as they are."""
+    matched = [(j, k) for j, k in enumerate(parent) if k is not None]
+    if len(matched) < MISSED_TURNS_MIN_MATCHED or any(r.finish is None for r in records):
+        return
+    new_tokens = np.asarray([max(1, records[j].input_tokens - _sequence(records[k])) for j, k in matched], dtype=float)
+    waits = np.asarray([max(1e-3, records[j].arrival - _finish_of(records[k])) for j, k in matched], dtype=float)
+    most_added = int(math.ceil(np.quantile(new_tokens, MISSED_TURNS_QUANTILE)))
+    longest_gap = float(np.quantile(waits, MISSED_TURNS_QUANTILE))
+    added, gaps = np.log(new_tokens), np.log(waits)
+    added_centre, added_spread = float(added.mean()), max(float(added.std()), 0.1)
+    gap_centre, gap_spread = float(gaps.mean()), max(float(gaps.std()), 0.1)
+    claimed = {k for k in parent if k is not None}
+    finishing = sorted(range(len(records)), key=lambda k: _finish_of(records[k]))
+    released = 0
+    open_totals: list[tuple[int, int]] = []  # (sequence length, index) of turns no later turn claims
+    for j, record in enumerate(records):
+        while released < len(finishing) and _finish_of(records[finishing[released]]) <= record.arrival:
+            k = finishing[released]
+            if k not in claimed:
+                bisect.insort(open_totals, (_sequence(records[k]), k))
+            released += 1
+        if parent[j] is not None or shared[j] or record.cached_tokens > 0:
+            continue
+        low = bisect.bisect_left(open_totals, (record.input_tokens - int(most_added), -1))
+        high = bisect.bisect_left(open_totals, (record.input_tokens, -1))
+        best, best_score = None, -math.inf
+        for m in range(low, high):
+            total, k = open_totals[m]
+            gap = record.arrival - _finish_of(records[k])
+            if gap > longest_gap:
+                continue
+            log_added = math.log(record.input_tokens - total)
+            log_gap = math.log(max(1e-3, gap))
+            score = (-0.5 * ((log_added - added_centre) / added_spread) ** 2 - log_added
+                     - 0.5 * ((log_gap - gap_centre) / gap_spread) ** 2 - log_gap)
+            if score > best_score:
+                best, best_score = m, score
+        if best is not None:
+            parent[j] = open_totals.pop(best)[1]
+
+
+def _latest_turn(records: Sequence[ExactRequest], turns: Sequence[int], claimed: set[int],
+                 prompt: int) -> int | None:
+    """A conversation's latest turn no later turn continued whose sequence a prompt of `prompt` tokens can hold,
+    finished or not: the previous turn of a request that matched an earlier turn of that conversation, the cache
+    having lost (evicted, or not yet inserted: the turn still runs) the sequences since."""
+    for k in reversed(turns):
+        if k not in claimed and _sequence(records[k]) < prompt:
+            return k
+    return None
+
+
+def _closest(totals: list[tuple[int, float, int]], low: tuple[int, float, int],
+             high: tuple[int, float, int]) -> tuple[int, float, int] | None:
+    """Of the sorted (sequence length, finish, index) entries between `low` and `high`, the shortest sequence's
+    (of equal ones, the latest finish); None when there is none."""
+    start, stop = bisect.bisect_left(totals, low), bisect.bisect_right(totals, high)
+    if start >= stop:
+        return None
+    shortest = totals[start][0]
+    return max((entry for entry in totals[start:stop] if entry[0] == shortest), key=lambda entry: entry[1])
+
+
+def _sequence(record: ExactRequest) -> int:
+    """A finished request's sequence less its last sampled token: what its next turn's cached prefix matches."""
+    return record.input_tokens + record.output_tokens - 1
 
 
 def _finish_of(record: ExactRequest) -> float:

@@ -179,6 +179,63 @@ def test_conversation_turns_become_the_prefix_groups_the_replay_caches():
     assert [len(v) for k, v in by_group.items() if k == "shared-1024"] == [5]
 
 
+def test_turns_the_cache_missed_join_their_conversations():
+    """On a hybrid model a tight state pool evicts cached prefixes, so many next turns match nothing: a third of
+    these continued turns are logged with no cached tokens. Each still follows its conversation's previous turn
+    by the new tokens and the gap the matched turns show, so it joins that conversation, prefix and all."""
+    records = _session_records(sessions=6, turns=8, system_prompt=1024)
+    continued = [k for k, r in enumerate(records) if r.cached_tokens != 1024]
+    missed = set(continued[::3])
+    traffic = TrafficEstimator(TrafficSettings(window_seconds=200))
+    traffic.observe_requests([replace(r, cached_tokens=0) if k in missed else r for k, r in enumerate(records)])
+    traffic.observe_requests([ExactRequest(arrival=-10.0, input_tokens=10, output_tokens=1, finish=0.0)])
+    picture = traffic.picture()
+    full = TrafficEstimator(TrafficSettings(window_seconds=200))
+    full.observe_requests(records)
+    full.observe_requests([ExactRequest(arrival=-10.0, input_tokens=10, output_tokens=1, finish=0.0)])
+    assert picture is not None and len(missed) >= 10
+    # the same conversations, with the same prefixes, as when every turn matched
+    assert picture.requests == full.picture().requests
+    first = min(r.arrival for r in records)
+    by_arrival = {r.time + first: r for r in picture.requests}
+    assert all(by_arrival[records[k].arrival].extends_prefix for k in missed if records[k].arrival in by_arrival)
+
+
+def test_a_turn_matching_an_earlier_turn_of_its_conversation_continues_its_latest():
+    """The third turn arrives while the second still runs (its sequence not yet cached), so it matches the first
+    turn's sequence, which the second already continued: it is still that conversation's next turn, after the
+    second, not a shared prefix of its own."""
+    from advisor.estimate.traffic import prefix_groups
+
+    records = [ExactRequest(arrival=0.0, input_tokens=1000, output_tokens=100, finish=5.0),
+               ExactRequest(arrival=10.0, input_tokens=1400, output_tokens=100, finish=30.0, cached_tokens=1088),
+               ExactRequest(arrival=20.0, input_tokens=1800, output_tokens=50, finish=40.0, cached_tokens=1088)]
+    specs = [RequestSpec(r.arrival, r.input_tokens, r.output_tokens, 4096) for r in records]
+    first, second, third = prefix_groups(records, specs)
+    assert first.prefix_group == second.prefix_group == third.prefix_group == "turns-0"
+    assert (second.prefix_tokens, third.prefix_tokens) == (1099, 1499)
+    assert all(r.extends_prefix for r in (first, second, third))
+
+
+def test_without_a_conversation_pattern_unmatched_requests_stay_their_own():
+    """Fewer than MISSED_TURNS_MIN_MATCHED matched turns: a request that matched nothing is not taken for a
+    missed turn, even where its prompt is an earlier request's sequence plus a few hundred tokens."""
+    from advisor.estimate.traffic import MISSED_TURNS_MIN_MATCHED
+
+    records = _session_records(sessions=2, turns=8)  # 14 matched turns
+    assert sum(1 for r in records if r.cached_tokens > 0) < MISSED_TURNS_MIN_MATCHED
+    lone = [ExactRequest(arrival=records[k].finish + 2.0,
+                         input_tokens=records[k].input_tokens + records[k].output_tokens + 300,
+                         output_tokens=20, finish=records[k].finish + 3.0) for k in range(4)]
+    traffic = TrafficEstimator(TrafficSettings(window_seconds=200))
+    traffic.observe_requests(sorted([*records, *lone], key=lambda r: r.arrival))
+    traffic.observe_requests([ExactRequest(arrival=-10.0, input_tokens=10, output_tokens=1, finish=0.0)])
+    picture = traffic.picture()
+    assert picture is not None
+    lone_specs = [r for r in picture.requests if r.output_tokens == 20]
+    assert len(lone_specs) == len(lone) and all(r.prefix_group is None for r in lone_specs)
+
+
 def test_records_without_cached_counts_replay_without_reuse():
     traffic = TrafficEstimator(TrafficSettings(window_seconds=100))
     traffic.observe_requests([replace(r, cached_tokens=0) for r in _session_records(sessions=3, turns=5)])
