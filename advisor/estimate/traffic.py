@@ -46,6 +46,10 @@ TURN_GAP_SECONDS = 60.0
 # The requests a request-log picture copies the server's held ones from (`_past_the_cut`): the latest this many
 # before its cut at least.
 TAIL_POOL_MIN = 30
+# A held request's output is drawn from the known requests of the nearest prompts: at most this many, and only
+# those within this share of its prompt (or as near as the nearest).
+TAIL_NEAR_PROMPTS = 8
+TAIL_NEAR_SHARE = 0.2
 # A prompt bucket's outputs are rescaled by its mean residence only when this many of its requests finished.
 MIN_BUCKET_FINISHES = 5
 # How strongly an output may follow its prompt: the calibration tries weights from -PAIRING_STRENGTH to
@@ -1081,11 +1085,14 @@ class TrafficEstimator:
     def _held_requests(self, known: Sequence[ExactRequest], count: int,
                        rng: np.random.Generator) -> list[ExactRequest]:
         """`count` requests standing for what the server holds unfinished, by arrival. Those it runs (all held but
-        the scrape's queued) were the newest the prefill lines admitted: their prompts are drawn from those, each
-        with the output and cap of the latest known request whose prompt is nearest its own (the pairing the
-        traffic showed). Those still queued came after them and no line shows their lengths: copies of the
-        latest known requests by arrival. Without prefill lines, all are copies. No cached prefix: which turn a
-        held request continues is not known."""
+        the scrape's queued) were the newest the prefill lines admitted: their prompts and matched prefixes are
+        drawn from those, each with the output and cap of a latest known request of a near prompt (the pairing
+        the traffic showed), drawn in proportion to its output: a request still running is one of the long
+        ones, as a request the log has already finished is one of the short ones (in a research-agent
+        timeline's last minutes under a queue, copies of the nearest prompt's output averaged 670 tokens, these
+        draws 760, the requests themselves 990). Those still queued came after them and no line shows their
+        lengths: copies of the latest known requests by arrival, without a matched prefix. Without prefill
+        lines, all are copies."""
         pool = list(known[-max(count, TAIL_POOL_MIN):])
         queued = count if self.last_queued is None else min(count, int(round(max(0.0, self.last_queued))))
         admitted = self._newest_admitted(count - queued, rng) if count > queued else []
@@ -1094,19 +1101,24 @@ class TrafficEstimator:
         lengths = [pool[k].input_tokens for k in order]
         out = []
         for i in rng.integers(0, len(admitted), running) if running else ():
-            tokens = admitted[int(i)]
+            tokens, cached = admitted[int(i)].tokens, admitted[int(i)].cached
             at = bisect.bisect_left(lengths, tokens)
-            near = min((j for j in (at - 1, at) if 0 <= j < len(lengths)), key=lambda j: abs(lengths[j] - tokens))
-            like = pool[order[near]]
+            near = sorted(range(max(0, at - TAIL_NEAR_PROMPTS), min(len(lengths), at + TAIL_NEAR_PROMPTS)),
+                          key=lambda j: abs(lengths[j] - tokens))[:TAIL_NEAR_PROMPTS]
+            reach = max(abs(lengths[near[0]] - tokens), TAIL_NEAR_SHARE * tokens)
+            near = [j for j in near if abs(lengths[j] - tokens) <= reach]
+            weights = np.asarray([pool[order[j]].output_tokens for j in near], dtype=float)
+            like = pool[order[near[int(rng.choice(len(near), p=weights / weights.sum()))]]]
             out.append(ExactRequest(arrival=0.0, input_tokens=tokens, output_tokens=like.output_tokens,
-                                    max_new_tokens=like.max_new_tokens, finish=math.inf))
+                                    max_new_tokens=like.max_new_tokens, finish=math.inf,
+                                    cached_tokens=min(cached, tokens - 1)))
         out += [replace(pool[int(i)], cached_tokens=0, finish=math.inf)
                 for i in rng.integers(0, len(pool), count - running)]
         return out
 
-    def _newest_admitted(self, count: int, rng: np.random.Generator) -> list[int]:
-        """The prompts (tokens) of the last `count` requests the prefill lines admitted, at least TAIL_POOL_MIN of
-        them where the bins hold as many: read from the fewest newest bins that do (`_admitted_prompts`)."""
+    def _newest_admitted(self, count: int, rng: np.random.Generator) -> list[AdmittedPrompt]:
+        """The prompts of the last `count` requests the prefill lines admitted, at least TAIL_POOL_MIN of them
+        where the bins hold as many: read from the fewest newest bins that do (`_admitted_prompts`)."""
         wanted = max(count, TAIL_POOL_MIN)
         recent: list[TrafficBin] = []
         seen = 0
@@ -1115,7 +1127,7 @@ class TrafficEstimator:
                 break
             recent.append(traffic_bin)
             seen += sum(batch[0] for batch in traffic_bin.admissions)
-        return [prompt.tokens for prompt in self._admitted_prompts(recent[::-1], rng)[-wanted:]]
+        return self._admitted_prompts(recent[::-1], rng)[-wanted:]
 
     def _exact_covers_history(self, span: float) -> bool:
         """Exact records cover all that was observed (a young daemon): the bins hold no more than they do."""

@@ -312,6 +312,30 @@ def test_past_the_cut_the_requests_the_server_holds_join_the_request_log_picture
     assert max(r.time for r in past) > picture.window_seconds - 10
 
 
+def test_the_held_requests_run_long_and_continue_what_the_prefill_lines_matched():
+    """A request still running at the last scrape is one of the long ones: its output is drawn from the known
+    requests of near prompts in proportion to their outputs (half of them 100 tokens, half 900: the draws take
+    both, and average near 820, not the plain mean of 500). And a running request the prefill lines show matching an earlier
+    request's whole sequence continues that conversation in the replay."""
+    traffic = TrafficEstimator(TrafficSettings(window_seconds=1800))
+    records = [ExactRequest(arrival=float(t), input_tokens=1000, output_tokens=100 if t % 2 else 900,
+                            max_new_tokens=2048, finish=t + 120.0) for t in range(0, 1500)]
+    traffic.observe_requests(records)
+    earlier = records[1400]
+    sequence = earlier.input_tokens + earlier.output_tokens - 1
+    traffic.observe_interval(1590.0, 15.0, finished=0, in_system=200, queued=None)
+    traffic.observe_admissions([[1, 1000, 0]] * 40 + [[1, 300, sequence]], chunk_tokens=None)
+    traffic.observe_interval(1620.0, 30.0, finished=15, in_system=200, queued=0)
+    picture = traffic.picture()
+    assert picture is not None and picture.source == "request_log"
+    past = [r for r in picture.requests if r.time > 1499.0 - 120.0]
+    assert len(past) == 200
+    drawn = [r.output_tokens for r in past if r.input_tokens == 1000]
+    assert set(drawn) == {100, 900} and 650 < np.mean(drawn) < 900
+    continued = [r for r in past if r.input_tokens == sequence + 300]
+    assert continued and all(r.extends_prefix and r.prefix_tokens == sequence for r in continued)
+
+
 def test_admitted_prompts_follow_chunks_and_shared_batches():
     # a long prompt cut at an 8192 chunk (page 64: a cut lands within a page of it) twice; its last piece shares a
     # full batch with two new requests, the second of which is cut and finishes alone; then a short one
