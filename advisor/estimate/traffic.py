@@ -23,7 +23,7 @@ import math
 import operator
 from array import array
 from collections import Counter, deque
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, NamedTuple
 
@@ -564,8 +564,6 @@ def prefix_groups(records: Sequence[ExactRequest], requests: Sequence[RequestSpe
         return list(requests)
     parent: list[int | None] = [None] * len(records)
     shared: list[int] = [0] * len(records)
-    finishing = sorted(range(len(records)), key=lambda k: _finish_of(records[k]))
-    released = 0
     open_totals: list[tuple[int, float, int]] = []  # (sequence length, finish, index) of unclaimed turns
     claimed_totals: list[tuple[int, float, int]] = []  # ... of finished turns a later turn continued
     claimed: set[int] = set()
@@ -582,11 +580,9 @@ def prefix_groups(records: Sequence[ExactRequest], requests: Sequence[RequestSpe
         claimed.add(k)
         parent[j], conversation[j] = k, conversation[k]
 
-    for j, record in enumerate(records):
-        while released < len(finishing) and _finish_of(records[finishing[released]]) <= record.arrival:
-            k = finishing[released]
+    for j, record, finished in _finishing_before(records):
+        for k in finished:
             bisect.insort(claimed_totals if k in claimed else open_totals, entry(k))
-            released += 1
         cached = record.cached_tokens
         if cached > 0:
             # the previous turn: its sequence (minus the last token) rounded down to a page is what matched
@@ -602,7 +598,7 @@ def prefix_groups(records: Sequence[ExactRequest], requests: Sequence[RequestSpe
             else:
                 shared[j] = cached
         turns.setdefault(conversation[j], []).append(j)
-    _missed_turns(records, parent, shared)
+    _missed_turns(records, parent)
     group: list[str | None] = [None] * len(records)
     prefix = [0] * len(records)
     extends = [False] * len(records)
@@ -631,7 +627,7 @@ MISSED_TURNS_MIN_MATCHED = 20
 MISSED_TURNS_QUANTILE = 0.95
 
 
-def _missed_turns(records: Sequence[ExactRequest], parent: list[int | None], shared: list[int]) -> None:
+def _missed_turns(records: Sequence[ExactRequest], parent: list[int | None]) -> None:
     """Links, in `parent`, the conversation turns the server's radix cache missed. On a hybrid model a cached
     prefix holds a recurrent state, and SGLang evicts those states when the running requests need the slots
     (mem_cache/mamba_radix_cache.py), so under a tight state pool many next turns match nothing: read as requests
@@ -653,18 +649,14 @@ def _missed_turns(records: Sequence[ExactRequest], parent: list[int | None], sha
     added_centre, added_spread = float(added.mean()), max(float(added.std()), 0.1)
     gap_centre, gap_spread = float(gaps.mean()), max(float(gaps.std()), 0.1)
     claimed = {k for k in parent if k is not None}
-    finishing = sorted(range(len(records)), key=lambda k: _finish_of(records[k]))
-    released = 0
     open_totals: list[tuple[int, int]] = []  # (sequence length, index) of turns no later turn claims
-    for j, record in enumerate(records):
-        while released < len(finishing) and _finish_of(records[finishing[released]]) <= record.arrival:
-            k = finishing[released]
+    for j, record, finished in _finishing_before(records):
+        for k in finished:
             if k not in claimed:
                 bisect.insort(open_totals, (_sequence(records[k]), k))
-            released += 1
-        if parent[j] is not None or shared[j] or record.cached_tokens > 0:
+        if parent[j] is not None or record.cached_tokens > 0:
             continue
-        low = bisect.bisect_left(open_totals, (record.input_tokens - int(most_added), -1))
+        low = bisect.bisect_left(open_totals, (record.input_tokens - most_added, -1))
         high = bisect.bisect_left(open_totals, (record.input_tokens, -1))
         best, best_score = None, -math.inf
         for m in range(low, high):
@@ -680,6 +672,18 @@ def _missed_turns(records: Sequence[ExactRequest], parent: list[int | None], sha
                 best, best_score = m, score
         if best is not None:
             parent[j] = open_totals.pop(best)[1]
+
+
+def _finishing_before(records: Sequence[ExactRequest]) -> Iterator[tuple[int, ExactRequest, list[int]]]:
+    """Each record by arrival, with the indices of the records that finished since the previous one arrived (by
+    its own arrival, in finishing order)."""
+    finishing = sorted(range(len(records)), key=lambda k: _finish_of(records[k]))
+    released = 0
+    for j, record in enumerate(records):
+        start = released
+        while released < len(finishing) and _finish_of(records[finishing[released]]) <= record.arrival:
+            released += 1
+        yield j, record, finishing[start:released]
 
 
 def _latest_turn(records: Sequence[ExactRequest], turns: Sequence[int], claimed: set[int],
