@@ -37,6 +37,20 @@ RIDGE = 0.002
 RIDGE_FLOOR = 0.001
 # A fitted coefficient stays within this factor of the scaled default.
 COEFFICIENT_RANGE = 10.0
+# A gauge sample's step time is its last decode_log_interval steps' (SGLang sets `gen_throughput` at each decode
+# line), while its prefill features are the scrape interval's mean: a window that caught a burst's long prefills
+# reads several times slower than the interval says, and one such sample among the dozen a window holds doubled
+# the fitted speed (long documents, 27K-token prompts: the replay then queued where the server never did). Past
+# OUTLIER_MIN_SAMPLES estimated samples, one reads at most OUTLIER_FACTOR times their typical ratio to the default
+# (the decayed geometric mean); the decode-line samples read their prefills and are taken as they are.
+OUTLIER_FACTOR = 3.0
+OUTLIER_MIN_SAMPLES = 3.0
+# Below this many gauge samples (decayed weight) the decode costs are not split either: three coefficients fitted
+# to a dozen lumpy samples followed their noise (the same long-document server came out with its per-step base at
+# 0.2x or 4x the default's, its per-request cost at 0.1x or 20x, from one watch to the next), and the replay
+# then stepped 2-3x slower than the server at its batch. The default's shape at the overall speed stands until
+# then: 7.5 minutes of 15 s scrapes.
+ESTIMATED_SPLIT_SAMPLES = 30.0
 
 
 @dataclass(frozen=True)
@@ -95,6 +109,9 @@ class StepTimeEstimator:
         # their ratio is the overall speed where the features are noisy (a regression on them would attenuate it).
         self.time_sum = 0.0
         self.default_time_sum = 0.0
+        # Decayed sum of log(step time / the default's) over the estimated samples (their weight is
+        # estimated_weight): the typical ratio an outlier is capped against.
+        self.estimated_log_ratio_sum = 0.0
         self.last_time: float | None = None
 
     def _prior_vector(self) -> np.ndarray:
@@ -108,6 +125,7 @@ class StepTimeEstimator:
             self.weight *= factor
             self.accept_sum *= factor
             self.estimated_weight *= factor
+            self.estimated_log_ratio_sum *= factor
             self.time_sum *= factor
             self.default_time_sum *= factor
         self.last_time = now if self.last_time is None else max(self.last_time, now)
@@ -132,6 +150,11 @@ class StepTimeEstimator:
                                    sample.prefill_tokens / sample.steps])
             z = features * prior
             default_seconds = float(z.sum())  # what the default model takes for this sample
+            if not sample.prefill_read and default_seconds > 0:
+                if self.estimated_weight >= OUTLIER_MIN_SAMPLES:
+                    typical = math.exp(self.estimated_log_ratio_sum / self.estimated_weight)
+                    seconds_per_step = min(seconds_per_step, OUTLIER_FACTOR * typical * default_seconds)
+                self.estimated_log_ratio_sum += math.log(max(seconds_per_step, 1e-9) / default_seconds)
             # Relative errors: a step of 5 ms and one of 200 ms count alike. Relative to the default's time for the
             # sample where the prefills are estimated: the step time then swings with the prefills the interval
             # happened to hold, and weighing by it would favour the intervals that held none.
@@ -182,12 +205,13 @@ class StepTimeEstimator:
         free = np.arange(PREFILL_FEATURES) if estimated else np.arange(len(FEATURES))
         theta = scale * ones
         fixed = np.setdiff1d(np.arange(len(FEATURES)), free)
-        try:
-            normal = self.normal[np.ix_(free, free)] + np.diag(ridge[free])
-            moment = self.moment[free] - self.normal[np.ix_(free, fixed)] @ theta[fixed] + ridge[free] * scale
-            theta[free] = np.linalg.solve(normal, moment)
-        except np.linalg.LinAlgError:
-            theta = scale * ones
+        if not (estimated and self.weight < ESTIMATED_SPLIT_SAMPLES):
+            try:
+                normal = self.normal[np.ix_(free, free)] + np.diag(ridge[free])
+                moment = self.moment[free] - self.normal[np.ix_(free, fixed)] @ theta[fixed] + ridge[free] * scale
+                theta[free] = np.linalg.solve(normal, moment)
+            except np.linalg.LinAlgError:
+                theta = scale * ones
         theta = np.clip(theta, scale / COEFFICIENT_RANGE, scale * COEFFICIENT_RANGE)
         coefficients = self._prior_vector() * theta
         if draft_tokens > 0:
@@ -222,6 +246,7 @@ class StepTimeEstimator:
             "estimated_weight": self.estimated_weight,
             "time_sum": self.time_sum,
             "default_time_sum": self.default_time_sum,
+            "estimated_log_ratio_sum": self.estimated_log_ratio_sum,
             "last_time": self.last_time,
         }
 
@@ -242,6 +267,7 @@ class StepTimeEstimator:
         estimator.estimated_weight = float(data.get("estimated_weight", 0.0))
         estimator.time_sum = float(data.get("time_sum", 0.0))
         estimator.default_time_sum = float(data.get("default_time_sum", 0.0))
+        estimator.estimated_log_ratio_sum = float(data.get("estimated_log_ratio_sum", 0.0))
         last = data["last_time"]
         estimator.last_time = None if last is None else float(last)
         return estimator

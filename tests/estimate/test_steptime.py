@@ -184,3 +184,45 @@ def test_the_attention_a_prefill_line_does_not_show_is_not_charged_twice():
         assert getattr(split.cost, name) == pytest.approx(getattr(truth, name), rel=0.02), name
     assert attention_context_of([]) == 0.0
     assert attention_context_of([(1000, 400)]) == pytest.approx(400 + 300)
+
+
+def _long_document_gauge_samples(truth: CostModel, rng, count: int, burst_at: int) -> list[StepSample]:
+    """What a dozen scrapes of a server of long documents (27K-token prompts at half a request a second) show:
+    the gauges' step time covers the last 40 decode steps, which held a prompt's prefill or none; the prefill
+    features are the scrape interval's mean. One window caught a burst of eight prompts."""
+    out = []
+    prompt, steps = 27000.0, 40.0
+    for index in range(count):
+        batch = float(rng.integers(3, 12))
+        ran = 8 if index == burst_at else int(rng.poisson(0.3))
+        estimated = 0.3 * float(rng.uniform(0.7, 1.3))
+        decode = truth.decode_step_seconds(int(batch), 28000.0 * batch)
+        prefill = ran * (truth.prefill_base_seconds + prompt * truth.prefill_per_token_seconds)
+        seconds = decode + prefill / steps
+        out.append(StepSample(batch=batch, kv_tokens=28000.0 * batch, gen_throughput=batch / seconds, steps=steps,
+                              prefill_batches=estimated, prefill_tokens=prompt * estimated, prefill_read=False))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_dozen_lumpy_gauge_samples_give_the_servers_speed(seed):
+    """A few gauge samples, one of them a burst's window several times slower than the interval's counters say:
+    the fit keeps the default's shape at the samples' typical speed instead of following the burst (a replay
+    stepping twice as slow as the server queued where it never did)."""
+    truth = CostModel()
+    estimator = StepTimeEstimator()
+    rng = np.random.default_rng(seed)
+    for index, sample in enumerate(_long_document_gauge_samples(truth, rng, 12, burst_at=int(rng.integers(3, 12)))):
+        estimator.observe(60.0 * index, [sample])
+    fit = estimator.fit()
+    assert fit is not None
+
+    def step(cost: CostModel, batch: int) -> float:
+        return cost.decode_step_seconds(batch, 28000.0 * batch)
+
+    # The speed to within the windows' own noise (a dozen Poisson draws of a 0.3 mean: the prefills the windows
+    # held, burst aside, ran 0.0-0.6 per window) ...
+    for batch in (4, 8, 12):
+        assert step(fit.cost, batch) == pytest.approx(step(truth, batch), rel=0.6), batch
+    # ... and no per-request or per-step cost the burst's batch made up: the step grows with the batch as it does.
+    assert step(fit.cost, 12) / step(fit.cost, 4) == pytest.approx(step(truth, 12) / step(truth, 4), rel=0.1)
