@@ -299,15 +299,16 @@ def step_samples_from_metrics(observation: MetricsObservation, delta: Observatio
 
 def exact_requests(records: Iterable[RequestRecord], time_scale: float = 1.0) -> list[ExactRequest]:
     """Finished requests with a time and an e2e latency, as arrivals on the server's clock (log stamps are wall
-    time; `time_scale` > 1 only for an emulated server running faster than the wall clock)."""
+    time; `time_scale` > 1 only for an emulated server running faster than the wall clock), with the client's
+    max_new_tokens where the log shows it (admission reserves up to it, clipped, for each running request)."""
     out = []
     for record in records:
         if record.time is None or record.e2e_latency is None:
             continue
         finish = record.time * time_scale
         out.append(ExactRequest(arrival=finish - record.e2e_latency, input_tokens=record.prompt_tokens,
-                                output_tokens=record.completion_tokens, finish=finish,
-                                cached_tokens=record.cached_tokens))
+                                output_tokens=record.completion_tokens, max_new_tokens=record.max_new_tokens,
+                                finish=finish, cached_tokens=record.cached_tokens))
     return out
 
 

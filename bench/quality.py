@@ -325,7 +325,8 @@ class Cycle:
 
 def watch(server: SchedulerServerConfig, workload: Workload, *, minutes: float, interval: float,
           seed: int, advisor_settings: dict[str, Any] | None = None,
-          request_log: bool = True, follow_logs: bool = True) -> tuple[list[Cycle], Any]:
+          request_log: bool = True, follow_logs: bool = True,
+          log_requests_level: int = 0) -> tuple[list[Cycle], Any]:
     """Serve at the default ratio on loopback; the real daemon watches on the shared clock, one cycle per
     `interval` simulated seconds. Every cycle's recommendation, and the last one. Without `request_log` the
     server logs as SGLang does by default (batch lines, no per-request lines): the advisor sees metrics only.
@@ -336,7 +337,8 @@ def watch(server: SchedulerServerConfig, workload: Workload, *, minutes: float, 
     with tempfile.TemporaryDirectory(prefix="quality-") as tmp:
         log_path = str(Path(tmp) / "sglang.log")
         emulator = EmulatedServer(server.with_ratio(DEFAULT_RATIO), workload, seed=seed, log_path=log_path,
-                                  request_log_path=log_path if request_log else None, clock=clock)
+                                  request_log_path=log_path if request_log else None,
+                                  log_requests_level=log_requests_level, clock=clock)
         emulator.start()
         try:
             config = config_from_dict({
@@ -493,7 +495,7 @@ def evaluate(case: Case, args: argparse.Namespace, cached: dict[str, Any] | None
     settings = {"state_bias": args.state_bias} if args.state_bias is not None else None
     cycles, rec = watch(server, workload, minutes=minutes, interval=args.interval, seed=case.seed + WATCH_SEED_OFFSET,
                         advisor_settings=settings, request_log=args.observe == "request-log",
-                        follow_logs=args.observe != "gauges")
+                        follow_logs=args.observe != "gauges", log_requests_level=args.log_requests_level)
     watch_seconds = time.monotonic() - started
     decision = rec.decision if rec is not None else "none"
     target = rec.ratio if rec is not None else None
@@ -693,6 +695,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="what the watched server shows: its request log too (--log-requests), or metrics and "
                              "batch log lines only (SGLang's default logging), or /metrics alone (no log followed: "
                              "a Prometheus store's view)")
+    parser.add_argument("--log-requests-level", type=int, choices=(0, 1, 2, 3), default=0,
+                        help="the request log's SGLang --log-requests-level: 0 (default here) leaves out the "
+                             "sampling params, so each request's max_new_tokens is unknown to the advisor; 1-3 "
+                             "show them (SGLang's own default is 2)")
     parser.add_argument("--oracle-traffic", choices=("fresh", "watched"), default="fresh",
                         help="score on a fresh hour of the same traffic shape (default), or on the very timeline "
                              "the advisor watched")

@@ -31,6 +31,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--seed", type=int, default=0, help="random seed of the workload (default 0)")
     parser.add_argument("--log-file", metavar="F", help="write the SGLang server log here")
     parser.add_argument("--request-log-file", metavar="F", help="write --log-requests-format json lines here")
+    parser.add_argument("--log-requests-level", type=int, choices=(0, 1, 2, 3), default=0,
+                        help="SGLang's --log-requests-level for those lines: 0 leaves out the sampling params "
+                             "(max_new_tokens), 1-3 show them (SGLang's own default is 2); default 0")
     parser.add_argument("--version-profile", choices=PROFILES, default="0.5.23", help="SGLang version to emulate")
     parser.add_argument(
         "--log-release",
@@ -74,6 +77,7 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         log_path=args.log_file,
         request_log_path=args.request_log_file,
+        log_requests_level=args.log_requests_level,
         version_profile=args.version_profile,
         api_key=args.api_key,
         collect_tokens_histogram=args.collect_tokens_histogram,

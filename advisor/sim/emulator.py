@@ -99,6 +99,7 @@ class EmulatedServer:
         seed: int = 0,
         log_path: str | None = None,
         request_log_path: str | None = None,
+        log_requests_level: int = 0,
         version_profile: str = "0.5.23",
         api_key: str | None = None,
         tick_seconds: float = TICK_SECONDS,
@@ -112,6 +113,8 @@ class EmulatedServer:
             raise ValueError(f"log_release must be an SGLang release like 0.5.14, got {log_release!r}")
         if not speed > 0:
             raise ValueError(f"speed must be > 0, got {speed}")
+        if log_requests_level not in (0, 1, 2, 3):
+            raise ValueError(f"log_requests_level must be 0-3 (SGLang's --log-requests-level), got {log_requests_level!r}")
         if not 0 <= port <= 65535:
             raise ValueError(f"port must be 0..65535, got {port}")
         self._config = server
@@ -127,6 +130,7 @@ class EmulatedServer:
         self._tick_seconds = tick_seconds
         self._log_path = log_path
         self._request_log_path = request_log_path
+        self._log_requests_level = log_requests_level
         self._lock = threading.RLock()
         self._clock = clock or SystemClock()  # a ManualClock makes the simulation move only when a test says so
         self._stopping = threading.Event()
@@ -374,6 +378,10 @@ class EmulatedServer:
                 self._write_log([sglang_logs.line(time.time(), f"emulator: simulator error: {exc!r}")])
                 self._stopping.wait(1.0)
 
+    def _max_request_tokens(self, worker: _Worker) -> int:
+        """SGLang's max_req_len on a worker: min(context length, KV capacity) - 1 (managers/scheduler.py)."""
+        return min(self._config.model_context_len, worker.view.live.kv_capacity_tokens) - 1
+
     def _advance(self) -> None:
         """Advance every worker to the current simulated time and fold the events in (lock held)."""
         target = self._sim_now()
@@ -393,7 +401,9 @@ class EmulatedServer:
                 self._tokenizer.observe(event)
                 if self._request_log_file is not None:
                     stream = is_streaming_request(event.rid)
-                    request_lines.append(sglang_logs.request_json_line(event, wall, stream=stream))
+                    request_lines.append(sglang_logs.request_json_line(
+                        event, wall, stream=stream, level=self._log_requests_level,
+                        client_max_new_tokens=sglang_logs.client_max_new_tokens(event, self._max_request_tokens(worker))))
             elif isinstance(event, Retraction):
                 worker.pending_retracted_reqs = event.retracted_requests
                 text = sglang_logs.retraction_line(event, profile=self._profile)

@@ -309,18 +309,39 @@ def retraction_line(event: Retraction, *, profile: str = "0.5.23") -> str:
     return "KV cache pool is full. Retract requests. " + details
 
 
-def request_json_line(event: RequestFinished, wall_time: float, *, stream: bool) -> str:
-    """One `--log-requests --log-requests-format json` record at level 0 (utils/log_utils.py:60-74)."""
+# The token a request that stopped on its own matched (FINISH_MATCHED_TOKEN's `matched`): any EOS id.
+EOS_TOKEN_ID = 151645
+
+
+def client_max_new_tokens(event: RequestFinished, max_request_tokens: int) -> int | None:
+    """The max_new_tokens a request's client sent, from the one the scheduler kept: a client that set none has it
+    capped at the context (max_req_len - input - 1, managers/scheduler.py init_req_max_new_tokens), which reads as
+    unset here (None); so does a client cap at least that large, which SGLang clips alike."""
+    return None if event.max_new_tokens >= max_request_tokens - event.prompt_tokens - 1 else event.max_new_tokens
+
+
+def request_json_line(event: RequestFinished, wall_time: float, *, stream: bool, level: int = 0,
+                      client_max_new_tokens: int | None = None) -> str:
+    """One `--log-requests --log-requests-format json` record (utils/log_utils.py:60-74). Level 0 leaves out the
+    sampling params; levels 1-3 (SGLang's default is 2) show them, max_new_tokens as the client sent it
+    (`client_max_new_tokens`; null: unset) (utils/request_logger.py `_compute_metadata`). The finish reason is
+    `length` where the output reached the request's max_new_tokens as the scheduler kept it, else `stop` on the
+    EOS token (managers/schedule_batch.py FINISH_LENGTH, FINISH_MATCHED_TOKEN)."""
     finish_reason: dict[str, object]
     if event.aborted:
         finish_reason = {"type": "abort", "message": "Request aborted.", "status_code": 400}
-    else:
+    elif event.completion_tokens >= event.max_new_tokens:
         finish_reason = {"type": "length", "length": event.completion_tokens}
+    else:
+        finish_reason = {"type": "stop", "matched": EOS_TOKEN_ID}
+    obj: dict[str, object] = {"rid": event.rid, "stream": stream, "log_metrics": True}
+    if level >= 1:
+        obj["sampling_params"] = {"max_new_tokens": client_max_new_tokens, "temperature": 0.0}
     record = {
         "timestamp": datetime.fromtimestamp(wall_time).isoformat(),
         "event": "request.finished",
         "rid": event.rid,
-        "obj": {"rid": event.rid, "stream": stream, "log_metrics": True},
+        "obj": obj,
         "out": {
             "meta_info": {
                 "id": event.rid[-8:],

@@ -91,6 +91,9 @@ class RequestRecord:
     num_retractions: int  # 0 when the log does not say (SGLang before per-request retraction counts)
     e2e_latency: float | None
     source: str = ""  # 'json' (--log-requests-format json) | 'text' (Finish: ...) | 'export' (metrics file)
+    # The client's max_new_tokens, where the line shows the sampling params (SGLang's default
+    # --log-requests-level 2 does; level 0 drops them): None when not shown or left unset.
+    max_new_tokens: int | None = None
 
 
 @dataclass(slots=True)
@@ -271,6 +274,7 @@ _TEXT_FIELDS = {
     name: re.compile(r"['\"]" + name + r"['\"]\s*:\s*(-?[\d.eE+-]+)")
     for name in ("prompt_tokens", "completion_tokens", "cached_tokens", "num_retractions", "e2e_latency")
 }
+_TEXT_MAX_NEW = re.compile(r"sampling_params=\{[^{}]*?'max_new_tokens': (\d+|None)")
 _TEXT_RID = re.compile(r"""\brid=['"]([^'"]*)['"]""")
 _TEXT_ID = re.compile(r"""['"]id['"]\s*:\s*['"]([^'"]*)['"]""")
 
@@ -467,8 +471,23 @@ def _count(value: Any) -> int | None:
     return int(value)
 
 
+def _max_new_count(text: str) -> int | None:
+    """A matched max_new_tokens value: digits, or null / None (the client left it unset)."""
+    return int(text) if text.isdigit() and len(text) < 14 else None
+
+
+def _max_new_of(parameters: Any) -> int | None:
+    """max_new_tokens from a request's logged fields (a dict holding `sampling_params`); None when absent, unset or
+    not a sane count."""
+    sampling = parameters.get("sampling_params") if isinstance(parameters, dict) else None
+    try:
+        return _count(sampling.get("max_new_tokens")) if isinstance(sampling, dict) else None
+    except ValueError:
+        return None
+
+
 def _record_from_meta(
-    meta: dict[str, Any], time: float | None, rid: Any, source: str
+    meta: dict[str, Any], time: float | None, rid: Any, source: str, max_new_tokens: int | None = None
 ) -> RequestRecord | None:
     try:
         prompt = _count(meta.get("prompt_tokens"))
@@ -487,6 +506,7 @@ def _record_from_meta(
             if isinstance(latency, (int, float)) and not isinstance(latency, bool) and math.isfinite(latency)
             else None,
             source,
+            max_new_tokens,
         )
     except ValueError:
         return None
@@ -496,6 +516,8 @@ def _record_from_meta(
 # only the small meta_info object; anything unusual goes through a full json.loads.
 _JSON_HEAD = re.compile(r'\{"timestamp": "([^"\\]*)", "event": "([^"\\]*)"(?:, "rid": "([^"\\]*)")?')
 _META_KEY = '"meta_info": '
+# The request's sampling params inside `obj` (levels 1-3): a key with an unescaped quote is no prompt text.
+_JSON_MAX_NEW = re.compile(r'"sampling_params": \{[^{}]*?"max_new_tokens": (\d+|null)')
 
 
 def _reject_constant(name: str) -> float:
@@ -532,7 +554,9 @@ def _parse_json_fast(message: str, head: _Head) -> tuple[RequestRecord | None, b
     if not isinstance(meta, dict):
         return None
     time = _iso_time(stamp)
-    record = _record_from_meta(meta, head.time if time is None else time, rid, "json")
+    max_new = _JSON_MAX_NEW.search(message, 0, at)
+    record = _record_from_meta(meta, head.time if time is None else time, rid, "json",
+                               _max_new_count(max_new.group(1)) if max_new else None)
     return record, record is not None
 
 
@@ -556,10 +580,12 @@ def _parse_json_message(message: str, head: _Head) -> tuple[RequestRecord | None
         if not isinstance(meta, dict):
             return None, False
         time = _iso_time(data.get("timestamp"))
-        record = _record_from_meta(meta, head.time if time is None else time, data.get("rid"), "json")
+        record = _record_from_meta(meta, head.time if time is None else time, data.get("rid"), "json",
+                                   _max_new_of(data.get("obj")))
         return record, record is not None
     if "prompt_tokens" in data:  # the export file: meta_info fields at the top level
         rid: Any = None
+        max_new = None
         parameters = data.get("request_parameters")
         if isinstance(parameters, str):
             try:
@@ -568,9 +594,10 @@ def _parse_json_message(message: str, head: _Head) -> tuple[RequestRecord | None
                 parsed = None
             if isinstance(parsed, dict):
                 rid = parsed.get("rid")
+                max_new = _max_new_of(parsed)
         if rid is None:
             rid = data.get("id")
-        record = _record_from_meta(data, head.time, rid, "export")
+        record = _record_from_meta(data, head.time, rid, "export", max_new)
         return record, record is not None
     return None, False
 
@@ -595,6 +622,10 @@ def _parse_finish_text(message: str, head: _Head) -> RequestRecord | None:
     if "prompt_tokens" not in values or "completion_tokens" not in values:
         return None
     rid_match = _TEXT_RID.search(message) or _TEXT_ID.search(tail)
+    # the obj's sampling_params field, the last before the output (the prompt's text comes first in the obj)
+    max_new = None
+    for match in _TEXT_MAX_NEW.finditer(message, 0, out_at):
+        max_new = match
     return RequestRecord(
         time=head.time,
         rid=rid_match.group(1) if rid_match else None,
@@ -604,6 +635,7 @@ def _parse_finish_text(message: str, head: _Head) -> RequestRecord | None:
         num_retractions=int(values.get("num_retractions", 0)),
         e2e_latency=values.get("e2e_latency"),
         source="text",
+        max_new_tokens=_max_new_count(max_new.group(1)) if max_new else None,
     )
 
 

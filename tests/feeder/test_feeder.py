@@ -343,3 +343,31 @@ def test_the_decode_log_interval_is_the_servers_own_from_server_info_else_the_bo
     assert chunked_prefill_size_of(dataclasses.replace(info, chunked_prefill_size=0), boot) == 0
     assert chunked_prefill_size_of(dataclasses.replace(info, chunked_prefill_size=None), boot) == boot.chunked_prefill_size
     assert chunked_prefill_size_of(None, None) is None
+
+
+def test_a_request_logs_sampling_params_reach_the_replayed_requests():
+    """At SGLang's default --log-requests-level (2) each finished request shows its client's max_new_tokens, which
+    admission reserves up to (clipped) for every running request: the replay keeps it; a request that showed none
+    (level 0, or a client that left it unset) is replayed as unset."""
+    from advisor.estimate.traffic import UNSET_MAX_NEW_TOKENS, TrafficEstimator, TrafficSettings
+    from advisor.feeder import exact_requests
+    from advisor.sources.loglines import LogLineParser, RequestRecord
+
+    def line(index: int, max_new: str | None) -> str:
+        params = "" if max_new is None else f', "sampling_params": {{"max_new_tokens": {max_new}}}'
+        stamp = f"2026-11-29T15:{index // 60:02d}:{index % 60:02d}"
+        return (f'[2026-11-29 15:00:00] {{"timestamp": "{stamp}", "event": "request.finished", "rid": "r{index}", '
+                f'"obj": {{"rid": "r{index}"{params}}}, "out": {{"meta_info": {{"prompt_tokens": 900, '
+                f'"completion_tokens": 200, "cached_tokens": 0, "e2e_latency": 2.0}}}}}}')
+
+    caps = ["1024", "null", None]
+    records = [event for event in LogLineParser().feed([line(i, caps[i % 3]) for i in range(1500)])
+               if isinstance(event, RequestRecord)]
+    assert len(records) == 1500
+    traffic = TrafficEstimator(TrafficSettings(window_seconds=1800.0))
+    traffic.observe_requests(exact_requests(records))
+    picture = traffic.picture()
+    assert picture is not None and picture.source == "request_log"
+    assert sorted({request.max_new_tokens for request in picture.requests}) == [1024, UNSET_MAX_NEW_TOKENS]
+    assert sum(request.max_new_tokens == 1024 for request in picture.requests) == pytest.approx(
+        len(picture.requests) / 3, abs=2)

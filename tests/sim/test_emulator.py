@@ -364,6 +364,20 @@ def test_request_log_lines_are_sglang_json_records(tmp_path):
     assert {r["event"] for r in records} == {"request.finished"}
     meta = records[0]["out"]["meta_info"]
     assert {"prompt_tokens", "completion_tokens", "cached_tokens", "num_retractions", "e2e_latency"} <= set(meta)
+    assert all("sampling_params" not in r["obj"] for r in records)  # level 0: none shown
+    # the chat outputs (median 250) stop on their own long before their 4096 cap
+    assert {r["out"]["meta_info"]["finish_reason"]["type"] for r in records} == {"stop"}
+
+
+def test_at_sglangs_default_request_log_level_each_line_shows_its_clients_max_new_tokens(tmp_path):
+    requests_log = tmp_path / "requests.log"
+    half_unset = {**CHAT, "classes": [{**CHAT["classes"][0], "max_new_tokens": {"fixed": 4096, "unset_fraction": 0.5}}]}
+    with emulated(load_server_config("default"), workload(half_unset), speed=SPEED, request_log_path=str(requests_log),
+                  log_requests_level=2) as emu:
+        step_until(emu, lambda: state(emu)["requests_finished"] >= 40)
+    records = [json.loads(x.split("] ", 1)[1]) for x in requests_log.read_text().splitlines()]
+    shown = [r["obj"]["sampling_params"]["max_new_tokens"] for r in records]
+    assert len(shown) >= 40 and set(shown) == {4096, None}
 
 
 def test_cli_emulate_serves_until_sigterm(tmp_path):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import re
 from datetime import datetime
 from pathlib import Path
@@ -155,13 +157,38 @@ def test_retraction_line_forms():
 
 
 def test_request_json_line_matches_the_fixture():
+    """The fixture's requests finished by length (a benchmark client's: max_tokens set to the output it wants)."""
     first = (LOGS / "requests-json.log").read_text().splitlines()[0]
     event = RequestFinished(
         time=0.0, rid="0" * 32, prompt_tokens=1194, completion_tokens=319, cached_tokens=137, num_retractions=0,
-        queue_time=0.1, e2e_latency=6.73881, max_new_tokens=4096,
+        queue_time=0.1, e2e_latency=6.73881, max_new_tokens=319,
     )  # fmt: skip
     wall = datetime(2026, 11, 29, 15, 0, 1, 46830).timestamp()
     assert sglang_logs.request_json_line(event, wall, stream=False) == first
+
+
+def test_request_json_line_shows_the_sampling_params_from_level_1_and_stops_before_the_cap():
+    event = RequestFinished(
+        time=0.0, rid="r", prompt_tokens=1194, completion_tokens=319, cached_tokens=0, num_retractions=0,
+        queue_time=0.1, e2e_latency=6.7, max_new_tokens=1024,
+    )  # fmt: skip
+    context = 262144  # max_req_len: a client without max_tokens is capped at max_req_len - input - 1
+    unset = dataclasses.replace(event, max_new_tokens=context - event.prompt_tokens - 1)
+    assert sglang_logs.client_max_new_tokens(event, context) == 1024
+    assert sglang_logs.client_max_new_tokens(unset, context) is None
+
+    def record(of: RequestFinished, level: int) -> dict:
+        line = sglang_logs.request_json_line(of, 0.0, stream=False, level=level,
+                                             client_max_new_tokens=sglang_logs.client_max_new_tokens(of, context))
+        return json.loads(line.split("] ", 1)[1])
+
+    assert "sampling_params" not in record(event, 0)["obj"]
+    assert record(event, 2)["obj"]["sampling_params"]["max_new_tokens"] == 1024
+    assert record(event, 2)["out"]["meta_info"]["finish_reason"]["type"] == "stop"  # 319 tokens, then EOS
+    assert record(unset, 2)["obj"]["sampling_params"]["max_new_tokens"] is None
+    capped = dataclasses.replace(event, completion_tokens=1024)
+    reason = json.loads(sglang_logs.request_json_line(capped, 0.0, stream=False).split("] ", 1)[1])
+    assert reason["out"]["meta_info"]["finish_reason"] == {"type": "length", "length": 1024}
 
 
 def test_access_and_deprecation_lines():

@@ -359,3 +359,40 @@ def test_json_that_is_no_request_log_is_unparsed_but_not_a_bad_request_line() ->
     parser = LogLineParser()
     parser.feed(['[2026-11-29 10:00:00] {"detail": "something else"}'])
     assert parser.unparsed_lines == 1 and parser.bad_request_lines == 0
+
+
+# SGLang's default --log-requests-level is 2: the finished request's obj carries its sampling params
+# (utils/request_logger.py `_compute_metadata`); level 0 drops them.
+_LEVEL2_JSON = (
+    '[2026-11-29 15:00:01] {"timestamp": "2026-11-29T15:00:01.046830", "event": "request.finished", "rid": "r1", '
+    '"obj": {"text": "say \\"sampling_params\\": {\\"max_new_tokens\\": 7}", "sampling_params": '
+    '{"temperature": 0.7, "max_new_tokens": 1024, "stop": null}, "rid": "r1", "stream": false}, '
+    '"out": {"meta_info": {"id": "r1", "finish_reason": {"type": "stop", "matched": 2}, "prompt_tokens": 1194, '
+    '"completion_tokens": 319, "cached_tokens": 137, "num_retractions": 0, "e2e_latency": 6.7}}}'
+)
+
+
+@pytest.mark.parametrize(("line", "expected"), [
+    (_LEVEL2_JSON, 1024),  # the sampling params, not the prompt text that quotes them
+    (_LEVEL2_JSON.replace('"max_new_tokens": 1024', '"max_new_tokens": null'), None),  # the client left it unset
+    (_LEVEL2_JSON.replace('"sampling_params": {"temperature"', '"sampling_params": {"top_p"'), 1024),
+    # keys in another order than log_json writes them: the full decoder reads the obj
+    (_LEVEL2_JSON.replace('"event": "request.finished", "rid": "r1", ', '"rid": "r1", "event": "request.finished", '),
+     1024),
+    # level 0: no sampling params at all
+    ('[2026-11-29 15:00:01] {"timestamp": "2026-11-29T15:00:01", "event": "request.finished", "rid": "r2", "obj": '
+     '{"rid": "r2"}, "out": {"meta_info": {"prompt_tokens": 10, "completion_tokens": 5, "e2e_latency": 1.0}}}', None),
+    # the export file: the request's fields as a JSON string
+    ('[2026-11-29 15:00:01] {"request_parameters": "{\\"rid\\": \\"r3\\", \\"sampling_params\\": '
+     '{\\"max_new_tokens\\": 256}}", "prompt_tokens": 10, "completion_tokens": 5, "e2e_latency": 1.0}', 256),
+    # the text form: the obj's sampling_params field, after a prompt that spells one out
+    ("[2026-11-29 15:00:01] Finish: obj=GenerateReqInput(text=\"a sampling_params={'max_new_tokens': 9}\", "
+     "sampling_params={'temperature': 0.0, 'max_new_tokens': 2048}, rid='r4'), out={'meta_info': {'id': 'r4', "
+     "'prompt_tokens': 10, 'completion_tokens': 5, 'e2e_latency': 1.0}}", 2048),
+    ("[2026-11-29 15:00:01] Finish: obj=GenerateReqInput(sampling_params={'max_new_tokens': None}, rid='r5'), "
+     "out={'meta_info': {'prompt_tokens': 10, 'completion_tokens': 5, 'e2e_latency': 1.0}}", None),
+])
+def test_a_request_lines_max_new_tokens_is_read_where_the_level_shows_it(line: str, expected: int | None) -> None:
+    record = parse_line(line)
+    assert isinstance(record, RequestRecord) and record.completion_tokens in (5, 319)
+    assert record.max_new_tokens == expected
