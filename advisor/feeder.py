@@ -297,6 +297,9 @@ def step_samples_from_metrics(observation: MetricsObservation, delta: Observatio
     return out
 
 
+_STOPPED = {"stop": True, "length": False}  # a finish reason's type: stopped on its own, or at its cap
+
+
 def exact_requests(records: Iterable[RequestRecord], time_scale: float = 1.0) -> list[ExactRequest]:
     """Finished requests with a time and an e2e latency, as arrivals on the server's clock (log stamps are wall
     time; `time_scale` > 1 only for an emulated server running faster than the wall clock), with the client's
@@ -308,7 +311,8 @@ def exact_requests(records: Iterable[RequestRecord], time_scale: float = 1.0) ->
         finish = record.time * time_scale
         out.append(ExactRequest(arrival=finish - record.e2e_latency, input_tokens=record.prompt_tokens,
                                 output_tokens=record.completion_tokens, max_new_tokens=record.max_new_tokens,
-                                finish=finish, cached_tokens=record.cached_tokens))
+                                finish=finish, cached_tokens=record.cached_tokens,
+                                stopped=_STOPPED.get(record.finish_reason or "")))
     return out
 
 

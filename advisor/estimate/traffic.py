@@ -204,10 +204,53 @@ class ExactRequest:
     max_new_tokens: int | None = None
     finish: float | None = None  # server clock seconds; None = arrival (a record without latency)
     cached_tokens: int = 0  # the prefix the radix cache matched (meta_info cached_tokens); 0 when unknown
+    # True: it stopped on its own (finish reason `stop`); False: it reached its max_new_tokens (`length`); None:
+    # the log does not say
+    stopped: bool | None = None
 
 
 QueueHistogram = tuple[tuple[float, ...], tuple[float, ...]]  # (bucket upper bounds in seconds, counts)
 QueueSeries = tuple[tuple[float, float, tuple[float, ...]], ...]  # per interval: (start, end, counts)
+
+
+# A max_new_tokens at which at least this many requests of the window finished by length is a cap their clients
+# share (a length finish marks a request that reached its own cap; a few at one value are no coincidence).
+SHARED_CAP_MIN_REQUESTS = 3
+
+
+def with_caps_from_finishes(records: Sequence[ExactRequest], seed: int = 0) -> list[ExactRequest]:
+    """The requests with the max_new_tokens their finishes tell, where the log does not show the sampling params
+    (`--log-requests-level` 0). Only where the log tells stops from length finishes (it shows both): a request that
+    finished by `length` reached its cap, so its max_new_tokens is its output; at a value X where
+    SHARED_CAP_MIN_REQUESTS or more did so, clients share the cap X, and of the requests that would have run past X,
+    the A that stopped at it and the B whose outputs went beyond, A / (A + B) were capped there. That share of the
+    requests that stopped short of X is given the cap X (drawn with `seed`), capping being independent of how long
+    an answer runs; caps are taken smallest first. Admission reserves up to each request's cap (clipped at 4096):
+    support sessions capped at 1024 were replayed as unset and reserved four times what the server did."""
+    unknown = [r for r in records if r.max_new_tokens is None]
+    if not any(r.stopped is True for r in unknown) or not any(r.stopped is False for r in unknown):
+        return list(records)
+    at_cap: dict[int, int] = {}
+    for r in unknown:
+        if r.stopped is False:
+            at_cap[r.output_tokens] = at_cap.get(r.output_tokens, 0) + 1
+    outputs = np.sort(np.asarray([r.output_tokens for r in unknown]))
+    shares = []
+    for cap in sorted(value for value, count in at_cap.items() if count >= SHARED_CAP_MIN_REQUESTS and value > 1):
+        beyond = len(outputs) - int(np.searchsorted(outputs, cap, side="right"))
+        shares.append((cap, at_cap[cap] / (at_cap[cap] + beyond)))
+    rng = np.random.default_rng(seed)
+    out = []
+    for r in records:
+        if r.max_new_tokens is None and r.stopped is False:
+            r = replace(r, max_new_tokens=max(1, r.output_tokens))
+        elif r.max_new_tokens is None and r.stopped is True:
+            for cap, share in shares:
+                if r.output_tokens < cap and rng.random() < share:
+                    r = replace(r, max_new_tokens=cap)
+                    break
+        out.append(r)
+    return out
 
 
 @dataclass(frozen=True)
@@ -1052,6 +1095,7 @@ class TrafficEstimator:
         if (span < self.settings.exact_coverage * self.settings.window_seconds and not enough
                 and not self._exact_covers_history(span)):
             return None
+        records = with_caps_from_finishes(records, seed)
         tail = self._past_the_cut(records, upper, float(finishes.max()), seed)
         if tail:
             records = sorted([*records, *tail], key=lambda r: r.arrival)
@@ -1378,7 +1422,8 @@ class TrafficEstimator:
             "version": CHECKPOINT_VERSION,
             "settings": asdict(self.settings),
             "bins": [b.to_dict() for b in self.bins],
-            "exact": [[r.arrival, r.input_tokens, r.output_tokens, r.max_new_tokens, r.finish, r.cached_tokens]
+            "exact": [[r.arrival, r.input_tokens, r.output_tokens, r.max_new_tokens, r.finish, r.cached_tokens,
+                       r.stopped]
                       for r in self.exact],
             "last_in_system": self.last_in_system,
             "last_queued": self.last_queued,
@@ -1398,7 +1443,7 @@ class TrafficEstimator:
         estimator.bins = deque(TrafficBin(**b) for b in data["bins"])
         estimator.exact = deque(
             ExactRequest(float(a), int(i), int(o), None if m is None else int(m), None if f is None else float(f),
-                         int(rest[0]) if rest else 0)
+                         int(rest[0]) if rest else 0, bool(rest[1]) if len(rest) > 1 and rest[1] is not None else None)
             for a, i, o, m, f, *rest in data["exact"]
         )
         estimator.newest_arrival = max((r.arrival for r in estimator.exact), default=None)

@@ -94,6 +94,9 @@ class RequestRecord:
     # The client's max_new_tokens, where the line shows the sampling params (SGLang's default
     # --log-requests-level 2 does; level 0 drops them): None when not shown or left unset.
     max_new_tokens: int | None = None
+    # How it finished (meta_info finish_reason's type): 'stop' (EOS or a stop string), 'length' (it reached its
+    # max_new_tokens, or the context), 'abort'; None when the line does not say.
+    finish_reason: str | None = None
 
 
 @dataclass(slots=True)
@@ -274,6 +277,7 @@ _TEXT_FIELDS = {
     name: re.compile(r"['\"]" + name + r"['\"]\s*:\s*(-?[\d.eE+-]+)")
     for name in ("prompt_tokens", "completion_tokens", "cached_tokens", "num_retractions", "e2e_latency")
 }
+_TEXT_FINISH = re.compile(r"""['"]finish_reason['"]\s*:\s*\{\s*['"]type['"]\s*:\s*['"](\w+)['"]""")
 _TEXT_MAX_NEW = re.compile(r"sampling_params=\{[^{}]*?'max_new_tokens': (\d+|None)")
 _TEXT_RID = re.compile(r"""\brid=['"]([^'"]*)['"]""")
 _TEXT_ID = re.compile(r"""['"]id['"]\s*:\s*['"]([^'"]*)['"]""")
@@ -471,6 +475,15 @@ def _count(value: Any) -> int | None:
     return int(value)
 
 
+_FINISH_TYPES = frozenset({"stop", "length", "abort"})
+
+
+def _finish_type(reason: Any) -> str | None:
+    """meta_info's finish_reason ({'type': 'stop', 'matched': ...}, {'type': 'length', 'length': n}) as its type."""
+    kind = reason.get("type") if isinstance(reason, dict) else None
+    return kind if kind in _FINISH_TYPES else None
+
+
 def _max_new_count(text: str) -> int | None:
     """A matched max_new_tokens value: digits, or null / None (the client left it unset)."""
     return int(text) if text.isdigit() and len(text) < 14 else None
@@ -507,6 +520,7 @@ def _record_from_meta(
             else None,
             source,
             max_new_tokens,
+            _finish_type(meta.get("finish_reason")),
         )
     except ValueError:
         return None
@@ -636,6 +650,7 @@ def _parse_finish_text(message: str, head: _Head) -> RequestRecord | None:
         e2e_latency=values.get("e2e_latency"),
         source="text",
         max_new_tokens=_max_new_count(max_new.group(1)) if max_new else None,
+        finish_reason=_finish_type({"type": finish.group(1)}) if (finish := _TEXT_FINISH.search(tail)) else None,
     )
 
 

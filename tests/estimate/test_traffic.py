@@ -892,3 +892,58 @@ def test_small_draws_of_a_heavy_tail_keep_the_tail():
     # each bucket's share, within 3 standard errors of 7200 draws
     assert shares == pytest.approx(np.array(counts) / 100, abs=3 * np.sqrt(0.25 / len(drawn)))
     assert drawn.mean() == pytest.approx(total / 100, rel=0.05)
+
+
+def _support_requests(rng, count: int, *, reasons: bool) -> tuple[list[ExactRequest], list[int | None]]:
+    """Requests whose clients cap at 1024 (80%) or set nothing (20%), outputs log-normal about 220 tokens: as a level-0
+    request log shows them, with their finish reasons where `reasons` (else every one says `length`, as a log that
+    does not tell them apart would). Returns the records and the true caps."""
+    records, caps = [], []
+    for index in range(count):
+        cap = 1024 if rng.random() < 0.8 else None
+        natural = int(rng.lognormal(np.log(220), 0.9)) + 1
+        output = min(natural, cap) if cap else natural
+        stopped = (output < cap if cap else True) if reasons else False
+        records.append(ExactRequest(arrival=float(index), input_tokens=2500, output_tokens=output, finish=index + 5.0,
+                                    stopped=stopped))
+        caps.append(cap)
+    return records, caps
+
+
+def test_a_cap_clients_share_is_read_from_the_length_finishes():
+    """SGLang says `length` of a request that reached its max_new_tokens and `stop` of one that ended on its own: the
+    requests that finished by length at one value share that cap, and as many of the rest are given it as the
+    length finishes are of the requests that ran that far."""
+    records, caps = _support_requests(np.random.default_rng(7), 6000, reasons=True)
+    traffic = TrafficEstimator(TrafficSettings(window_seconds=8000))
+    traffic.observe_requests(records)
+    picture = traffic.picture()
+    assert picture is not None and picture.source == "request_log"
+    by_arrival = {r.arrival: r for r in records}
+    # the picture starts at the first arrival known completely: none before the first finish
+    first = min(r.arrival for r in records if r.arrival >= min(q.finish for q in records))
+    pairs = [(request.max_new_tokens, by_arrival[request.time + first]) for request in picture.requests]
+    assert len(pairs) > 0.99 * len(records)
+    given = [g for g, _ in pairs]
+    # the ones that reached the cap have it exactly
+    assert all(g == 1024 for g, r in pairs if r.stopped is False)
+    short = [g for g, r in pairs if r.output_tokens < 1024]
+    assert sum(g == 1024 for g in short) / len(short) == pytest.approx(0.8, abs=0.06)
+    assert set(given) == {1024, UNSET_MAX_NEW_TOKENS}
+    assert sum(c == 1024 for c in caps) / len(caps) == pytest.approx(0.8, abs=0.03)  # the draw's own share
+
+
+def test_a_log_that_does_not_tell_stops_from_length_finishes_gives_no_caps():
+    """Where every request says `length` (a log that does not tell them apart), the finishes say nothing of the
+    caps: every request stays unset, as without finish reasons."""
+    all_length, _ = _support_requests(np.random.default_rng(8), 3000, reasons=False)
+    unsaid = [replace(r, stopped=None) for r in _support_requests(np.random.default_rng(8), 3000, reasons=True)[0]]
+    for records in (all_length, unsaid):
+        traffic = TrafficEstimator(TrafficSettings(window_seconds=5000))
+        traffic.observe_requests(records)
+        picture = traffic.picture()
+        assert picture is not None
+        assert {r.max_new_tokens for r in picture.requests} <= {UNSET_MAX_NEW_TOKENS} | {
+            r.output_tokens for r in records}  # never the cap the log could not show
+        assert all(r.max_new_tokens == UNSET_MAX_NEW_TOKENS or r.max_new_tokens == r.output_tokens
+                   for r in picture.requests)

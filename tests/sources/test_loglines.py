@@ -396,3 +396,15 @@ def test_a_request_lines_max_new_tokens_is_read_where_the_level_shows_it(line: s
     record = parse_line(line)
     assert isinstance(record, RequestRecord) and record.completion_tokens in (5, 319)
     assert record.max_new_tokens == expected
+
+
+def test_a_request_lines_finish_reason_is_read_in_every_form() -> None:
+    """`stop` (it ended on its own) or `length` (it reached its max_new_tokens): what a level-0 log says of the caps."""
+    assert parse_line(_LEVEL2_JSON).finish_reason == "stop"  # type: ignore[union-attr]
+    first = _read("requests-json.log")[0]
+    assert parse_line(first).finish_reason == "length"  # type: ignore[union-attr]
+    assert parse_line(_as_text_form(first)).finish_reason == "length"  # type: ignore[union-attr]
+    slow = _LEVEL2_JSON.replace('"event": "request.finished", "rid": "r1", ', '"rid": "r1", "event": "request.finished", ')
+    assert parse_line(slow).finish_reason == "stop"  # type: ignore[union-attr]
+    unsaid = parse_line(_LEVEL2_JSON.replace('"finish_reason": {"type": "stop", "matched": 2}, ', ""))
+    assert isinstance(unsaid, RequestRecord) and unsaid.finish_reason is None
