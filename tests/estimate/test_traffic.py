@@ -931,6 +931,8 @@ def test_a_cap_clients_share_is_read_from_the_length_finishes():
     assert sum(g == 1024 for g in short) / len(short) == pytest.approx(0.8, abs=0.06)
     assert set(given) == {1024, UNSET_MAX_NEW_TOKENS}
     assert sum(c == 1024 for c in caps) / len(caps) == pytest.approx(0.8, abs=0.03)  # the draw's own share
+    # the finishes survive a checkpoint: the restored daemon reads the same caps
+    assert TrafficEstimator.from_dict(traffic.to_dict()).picture() == picture
 
 
 def test_a_log_that_does_not_tell_stops_from_length_finishes_gives_no_caps():
