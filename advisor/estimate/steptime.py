@@ -207,7 +207,7 @@ class StepTimeEstimator:
         free = np.arange(PREFILL_FEATURES) if estimated else np.arange(len(FEATURES))
         theta = scale * ones
         fixed = np.setdiff1d(np.arange(len(FEATURES)), free)
-        if not (estimated and self.weight < ESTIMATED_SPLIT_SAMPLES):
+        if not (estimated and self.estimated_weight < ESTIMATED_SPLIT_SAMPLES):
             try:
                 normal = self.normal[np.ix_(free, free)] + np.diag(ridge[free])
                 moment = self.moment[free] - self.normal[np.ix_(free, fixed)] @ theta[fixed] + ridge[free] * scale
@@ -269,7 +269,10 @@ class StepTimeEstimator:
         estimator.estimated_weight = float(data.get("estimated_weight", 0.0))
         estimator.time_sum = float(data.get("time_sum", 0.0))
         estimator.default_time_sum = float(data.get("default_time_sum", 0.0))
-        estimator.estimated_log_ratio_sum = float(data.get("estimated_log_ratio_sum", 0.0))
+        # (a checkpoint written before the outlier cap: its estimated samples' typical ratio taken as the overall one)
+        overall = estimator.time_sum / estimator.default_time_sum if estimator.default_time_sum > 0 else 1.0
+        estimator.estimated_log_ratio_sum = float(data.get(
+            "estimated_log_ratio_sum", estimator.estimated_weight * math.log(overall) if overall > 0 else 0.0))
         last = data["last_time"]
         estimator.last_time = None if last is None else float(last)
         return estimator

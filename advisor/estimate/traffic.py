@@ -233,10 +233,7 @@ def with_caps_from_finishes(records: Sequence[ExactRequest], seed: int = 0) -> l
     unknown = [r for r in records if r.max_new_tokens is None]
     if not any(r.stopped is True for r in unknown) or not any(r.stopped is False for r in unknown):
         return list(records)
-    at_cap: dict[int, int] = {}
-    for r in unknown:
-        if r.stopped is False:
-            at_cap[r.output_tokens] = at_cap.get(r.output_tokens, 0) + 1
+    at_cap = Counter(r.output_tokens for r in unknown if r.stopped is False)
     outputs = np.sort(np.asarray([r.output_tokens for r in unknown]))
     shares = []
     for cap in sorted(value for value, count in at_cap.items() if count >= SHARED_CAP_MIN_REQUESTS and value > 1):

@@ -478,25 +478,29 @@ def _count(value: Any) -> int | None:
 _FINISH_TYPES = frozenset({"stop", "length", "abort"})
 
 
-def _finish_type(reason: Any) -> str | None:
-    """meta_info's finish_reason ({'type': 'stop', 'matched': ...}, {'type': 'length', 'length': n}) as its type."""
-    kind = reason.get("type") if isinstance(reason, dict) else None
+def _finish_type(kind: Any) -> str | None:
+    """A finish_reason's type ({'type': 'stop', 'matched': ...}, {'type': 'length', 'length': n}) where it is one."""
     return kind if kind in _FINISH_TYPES else None
 
 
-def _max_new_count(text: str) -> int | None:
-    """A matched max_new_tokens value: digits, or null / None (the client left it unset)."""
-    return int(text) if text.isdigit() and len(text) < 14 else None
+def _optional_count(value: Any) -> int | None:
+    """A token count, or None where it is absent or not a sane count (an optional field is no reason to drop a line)."""
+    try:
+        return _count(value)
+    except ValueError:
+        return None
 
 
 def _max_new_of(parameters: Any) -> int | None:
     """max_new_tokens from a request's logged fields (a dict holding `sampling_params`); None when absent, unset or
     not a sane count."""
     sampling = parameters.get("sampling_params") if isinstance(parameters, dict) else None
-    try:
-        return _count(sampling.get("max_new_tokens")) if isinstance(sampling, dict) else None
-    except ValueError:
-        return None
+    return _optional_count(sampling.get("max_new_tokens")) if isinstance(sampling, dict) else None
+
+
+def _max_new_text(matched: str) -> int | None:
+    """A max_new_tokens value a pattern matched: digits, or null / None (the client left it unset)."""
+    return _optional_count(int(matched)) if matched.isdigit() else None
 
 
 def _record_from_meta(
@@ -520,7 +524,7 @@ def _record_from_meta(
             else None,
             source,
             max_new_tokens,
-            _finish_type(meta.get("finish_reason")),
+            _finish_type(reason.get("type")) if isinstance(reason := meta.get("finish_reason"), dict) else None,
         )
     except ValueError:
         return None
@@ -570,7 +574,7 @@ def _parse_json_fast(message: str, head: _Head) -> tuple[RequestRecord | None, b
     time = _iso_time(stamp)
     max_new = _JSON_MAX_NEW.search(message, 0, at)
     record = _record_from_meta(meta, head.time if time is None else time, rid, "json",
-                               _max_new_count(max_new.group(1)) if max_new else None)
+                               _max_new_text(max_new.group(1)) if max_new else None)
     return record, record is not None
 
 
@@ -637,9 +641,8 @@ def _parse_finish_text(message: str, head: _Head) -> RequestRecord | None:
         return None
     rid_match = _TEXT_RID.search(message) or _TEXT_ID.search(tail)
     # the obj's sampling_params field, the last before the output (the prompt's text comes first in the obj)
-    max_new = None
-    for match in _TEXT_MAX_NEW.finditer(message, 0, out_at):
-        max_new = match
+    max_new = _TEXT_MAX_NEW.findall(message, 0, out_at)
+    finish = _TEXT_FINISH.search(tail)
     return RequestRecord(
         time=head.time,
         rid=rid_match.group(1) if rid_match else None,
@@ -649,8 +652,8 @@ def _parse_finish_text(message: str, head: _Head) -> RequestRecord | None:
         num_retractions=int(values.get("num_retractions", 0)),
         e2e_latency=values.get("e2e_latency"),
         source="text",
-        max_new_tokens=_max_new_count(max_new.group(1)) if max_new else None,
-        finish_reason=_finish_type({"type": finish.group(1)}) if (finish := _TEXT_FINISH.search(tail)) else None,
+        max_new_tokens=_max_new_text(max_new[-1]) if max_new else None,
+        finish_reason=_finish_type(finish.group(1)) if finish else None,
     )
 
 

@@ -226,3 +226,29 @@ def test_a_dozen_lumpy_gauge_samples_give_the_servers_speed(seed):
         assert step(fit.cost, batch) == pytest.approx(step(truth, batch), rel=0.6), batch
     # ... and no per-request or per-step cost the burst's batch made up: the step grows with the batch as it does.
     assert step(fit.cost, 12) / step(fit.cost, 4) == pytest.approx(step(truth, 12) / step(truth, 4), rel=0.1)
+
+
+def test_a_checkpoint_from_before_the_outlier_cap_caps_against_the_servers_own_speed():
+    """A checkpoint written before the cap kept no typical ratio: restored, the gauge samples' typical ratio is the
+    overall one, so a server five times the default's speed keeps its ordinary samples whole (capped against the
+    default, each would read 4x: the fit would come out fast)."""
+    slow = CostModel(**{name: 5.0 * getattr(CostModel(), name) for name in (
+        "decode_base_seconds", "decode_per_request_seconds", "decode_per_kv_token_seconds",
+        "prefill_base_seconds", "prefill_per_token_seconds")})
+
+    def sample(batch: float) -> StepSample:
+        seconds = slow.decode_step_seconds(int(batch), 1e5)
+        return StepSample(batch=batch, kv_tokens=1e5, gen_throughput=batch / seconds, steps=40.0, prefill_read=False)
+
+    estimator = StepTimeEstimator()
+    for index in range(10):
+        estimator.observe(15.0 * index, [sample(8.0 + index)])
+    saved = estimator.to_dict()
+    del saved["estimated_log_ratio_sum"]
+    restored = StepTimeEstimator.from_dict(saved)
+    for each in (estimator, restored):
+        each.observe(200.0, [sample(12.0)])
+    ours, theirs = estimator.fit(), restored.fit()
+    assert ours is not None and theirs is not None
+    assert theirs.speed_factor == pytest.approx(ours.speed_factor, rel=1e-6)
+    assert ours.speed_factor == pytest.approx(5.0, rel=0.05)

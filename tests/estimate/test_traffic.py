@@ -949,3 +949,5 @@ def test_a_log_that_does_not_tell_stops_from_length_finishes_gives_no_caps():
             r.output_tokens for r in records}  # never the cap the log could not show
         assert all(r.max_new_tokens == UNSET_MAX_NEW_TOKENS or r.max_new_tokens == r.output_tokens
                    for r in picture.requests)
+        # ... nor even a request's own: `length` said of every request is not read as reaching a cap
+        assert {r.max_new_tokens for r in picture.requests} == {UNSET_MAX_NEW_TOKENS}
