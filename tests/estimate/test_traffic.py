@@ -201,6 +201,45 @@ def test_turns_the_cache_missed_join_their_conversations():
     assert all(by_arrival[records[k].arrival].extends_prefix for k in missed if records[k].arrival in by_arrival)
 
 
+def test_a_turn_sent_while_its_previous_one_still_ran_joins_its_conversation():
+    """A timeline replayed to the server sends each turn on the clients' schedule: where the server runs behind,
+    the next turn arrives while the previous one still runs, its sequence not yet cached, and matches nothing.
+    Each such turn still follows its previous one by the new tokens and the time since its arrival that the
+    matched turns show, so it joins that conversation, prefix and all, as when the server kept up."""
+    records = _session_records(sessions=6, turns=8, system_prompt=1024)
+    continued = [k for k, r in enumerate(records) if r.cached_tokens != 1024]
+    late = set(continued[1::4])
+    # the previous turn of each late one finishes 3 s after the late one arrives, and the late one matches nothing
+    previous = {k: max((i for i in range(len(records)) if records[i].arrival < records[k].arrival
+                        and records[i].input_tokens + records[i].output_tokens - 1 < records[k].input_tokens
+                        and (records[i].arrival - records[k].arrival) % 10 == 0
+                        and records[i].output_tokens == records[k].output_tokens), key=lambda i: records[i].arrival)
+                for k in late}
+    slow = {previous[k]: records[k].arrival + 3.0 for k in late}
+    observed = [replace(r, cached_tokens=0) if k in late else replace(r, finish=slow[k]) if k in slow else r
+                for k, r in enumerate(records)]
+    assert len(late) >= 8 and all(slow[previous[k]] > records[k].arrival for k in late)
+
+    def picture_of(records: list[ExactRequest]) -> list[RequestSpec]:
+        traffic = TrafficEstimator(TrafficSettings(window_seconds=200))
+        traffic.observe_requests(records)
+        traffic.observe_requests([ExactRequest(arrival=-10.0, input_tokens=10, output_tokens=1, finish=0.0)])
+        picture = traffic.picture()
+        assert picture is not None
+        return picture.requests
+
+    linked = {r.time: r for r in picture_of(observed)}
+    kept_up = {r.time: r for r in picture_of(records)}
+    first = min(r.arrival for r in records)
+    shown = [records[k].arrival - first for k in late if records[k].arrival - first in linked]
+    assert len(shown) >= 6 and all(linked[t].extends_prefix and linked[t].prefix_tokens > 1024 for t in shown)
+    # the same conversations, with the same prefixes, as when every turn found its previous one cached (the
+    # slow finishes end the picture's exact part earlier)
+    assert len(linked) > 30
+    assert all((r.prefix_group, r.prefix_tokens) == (kept_up[t].prefix_group, kept_up[t].prefix_tokens)
+               for t, r in linked.items() if t in kept_up)
+
+
 def test_a_turn_matching_an_earlier_turn_of_its_conversation_continues_its_latest():
     """The third turn arrives while the second still runs (its sequence not yet cached), so it matches the first
     turn's sequence, which the second already continued: it is still that conversation's next turn, after the
