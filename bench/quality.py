@@ -415,6 +415,9 @@ def settling(cycles: Sequence[Cycle], shifts: Sequence[float], end: float,
         assert final.ratio is not None
         low = final.lower if final.lower is not None else final.ratio / 1.1
         high = final.upper if final.upper is not None else final.ratio * 1.1
+        # a move advised before that still scores near the best stands beyond the last replay's plateau: the band
+        # the period ends in holds the ratio it ends on
+        low, high = min(low, final.ratio), max(high, final.ratio)
         minutes.append(_settled_minutes(period, start, low, high))
         changes.append(decision_changes(period))
     return minutes, good, changes
