@@ -629,10 +629,16 @@ def prefix_groups(records: Sequence[ExactRequest], requests: Sequence[RequestSpe
         cached = record.cached_tokens
         if cached > 0:
             # the previous turn: its sequence (minus the last token) rounded down to a page is what matched
-            # (the closest such sequence; of equal ones, the turn that finished last)
+            # (the closest such sequence; of equal ones, the turn that finished last). A turn a later one already
+            # continued matches too where the cache lost what came since, or the turn after it still ran: under
+            # a server behind its clients' schedule a third of the matches (176 of 555 in a research-agent
+            # timeline) are an earlier turn's sequence, exactly, while another conversation's unclaimed turn lies
+            # within the slack above; the closer sequence is the one that matched.
             bounds = ((cached + 1, -math.inf, -1), (cached + max(PREFIX_MATCH_SLACK, cached // 50), math.inf, 1 << 62))
             match = _closest(open_totals, *bounds)
-            earlier = None if match is not None else _closest(claimed_totals, *bounds)
+            earlier = _closest(claimed_totals, *bounds)
+            if match is not None and earlier is not None and earlier[0] < match[0]:
+                match = None
             if match is not None and match[0] - 1 < record.input_tokens:
                 claim(match[2], j)
             elif earlier is not None and (tip := _latest_turn(records, turns[conversation[earlier[2]]], claimed,

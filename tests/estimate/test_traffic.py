@@ -256,6 +256,23 @@ def test_a_turn_matching_an_earlier_turn_of_its_conversation_continues_its_lates
     assert all(r.extends_prefix for r in (first, second, third))
 
 
+def test_a_match_of_an_earlier_turns_exact_sequence_beats_another_conversations_near_one():
+    """The third turn of A arrives while A's second still runs, so it matches A's first turn's sequence exactly
+    (1,099 tokens); B's first turn, not yet continued, ends 50 tokens above that, within the matching slack. The
+    exact match is the one the cache made: the turn continues A, after its second turn, and B stays open."""
+    from advisor.estimate.traffic import prefix_groups
+
+    records = [ExactRequest(arrival=0.0, input_tokens=1000, output_tokens=100, finish=5.0),
+               ExactRequest(arrival=1.0, input_tokens=1050, output_tokens=100, finish=8.0),
+               ExactRequest(arrival=10.0, input_tokens=1400, output_tokens=100, finish=30.0, cached_tokens=1099),
+               ExactRequest(arrival=20.0, input_tokens=1800, output_tokens=50, finish=40.0, cached_tokens=1099)]
+    specs = [RequestSpec(r.arrival, r.input_tokens, r.output_tokens, 4096) for r in records]
+    a_first, b_first, a_second, a_third = prefix_groups(records, specs)
+    assert a_first.prefix_group == a_second.prefix_group == a_third.prefix_group == "turns-0"
+    assert (a_second.prefix_tokens, a_third.prefix_tokens) == (1099, 1499)
+    assert b_first.prefix_group is None
+
+
 def test_without_a_conversation_pattern_unmatched_requests_stay_their_own():
     """Fewer than MISSED_TURNS_MIN_MATCHED matched turns: a request that matched nothing is not taken for a
     missed turn, even where its prompt is an earlier request's sequence plus a few hundred tokens."""
