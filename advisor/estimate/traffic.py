@@ -674,6 +674,9 @@ MISSED_TURNS_MIN_MATCHED = 20
 # The share of the matched turns' new tokens and of their gaps (previous finish to arrival) a missed turn's must
 # lie within.
 MISSED_TURNS_QUANTILE = 0.95
+# The matched turns that came while their previous turn still ran a window must show before a request that matched
+# nothing is linked to a request still running at its arrival.
+RUNNING_TURNS_MIN_MATCHED = 10
 
 
 def _missed_turns(records: Sequence[ExactRequest], parent: list[int | None]) -> None:
@@ -690,20 +693,31 @@ def _missed_turns(records: Sequence[ExactRequest], parent: list[int | None]) -> 
     so where the server runs behind it, the next turn arrives before its previous one's sequence is cached and
     matches nothing (a research-agent timeline at 0.9 on TP2: 134 of 730 continued turns). A replay at a ratio
     that keeps up serves those turns from the cache, so they are linked too, to an unclaimed earlier request
-    still running at their arrival, after as long since its arrival as the matched turns' (within their
-    MISSED_TURNS_QUANTILE), scored the same way on that span. Records without finish times (lines, not request
+    still running at their arrival, after as long since its arrival as the matched turns that came while theirs
+    ran (at least RUNNING_TURNS_MIN_MATCHED of them; within their MISSED_TURNS_QUANTILE), scored the same way on
+    that span. Records without finish times (lines, not request
     logs) are left as they are, and so are held requests' copies (no finish) as earlier turns."""
     matched = [(j, k) for j, k in enumerate(parent) if k is not None]
     if len(matched) < MISSED_TURNS_MIN_MATCHED or any(r.finish is None for r in records):
         return
     new_tokens = np.asarray([max(1, records[j].input_tokens - _sequence(records[k])) for j, k in matched], dtype=float)
-    waits = np.asarray([max(1e-3, records[j].arrival - _finish_of(records[k])) for j, k in matched], dtype=float)
-    spans = np.asarray([max(1e-3, records[j].arrival - records[k].arrival) for j, k in matched], dtype=float)
     most_added = int(math.ceil(np.quantile(new_tokens, MISSED_TURNS_QUANTILE)))
     added = _LogNormal.of(np.log(new_tokens))
-    # a finished turn: its gap (finish to arrival); one still running: its span (arrival to arrival)
-    after_finish = _LogNormal.of(np.log(waits), float(np.quantile(waits, MISSED_TURNS_QUANTILE)))
-    after_arrival = _LogNormal.of(np.log(spans), float(np.quantile(spans, MISSED_TURNS_QUANTILE)))
+    # A finished turn is scored on its gap (finish to arrival), as the matched turns that came after their previous
+    # one finished show it; one still running on its span (arrival to arrival), as the matched turns that came while
+    # theirs ran show it, and only where at least RUNNING_TURNS_MIN_MATCHED did: a server that keeps up with its
+    # clients (support sessions on TP8: none of 491) shows none, and a running request is no earlier turn there.
+    def arrived_after(j: int, k: int) -> bool:
+        return _finish_of(records[k]) <= records[j].arrival
+
+    def fit(values: list[float]) -> _LogNormal:
+        array = np.maximum(1e-3, np.asarray(values, dtype=float))
+        return _LogNormal.of(np.log(array), float(np.quantile(array, MISSED_TURNS_QUANTILE)))
+
+    gaps = [records[j].arrival - _finish_of(records[k]) for j, k in matched if arrived_after(j, k)]
+    spans = [records[j].arrival - records[k].arrival for j, k in matched if not arrived_after(j, k)]
+    after_finish = fit(gaps) if gaps else None
+    after_arrival = fit(spans) if len(spans) >= RUNNING_TURNS_MIN_MATCHED else None
     claimed = {k for k in parent if k is not None}
     open_totals: list[tuple[int, int]] = []  # (sequence length, index) of finished turns no later turn claims
     running: list[tuple[int, int]] = []  # ... of requests still running, no later turn claims
@@ -717,16 +731,18 @@ def _missed_turns(records: Sequence[ExactRequest], parent: list[int | None]) -> 
                 bisect.insort(open_totals, entry)
         if parent[j] is None and record.cached_tokens == 0:
             best: tuple[float, list[tuple[int, int]], int] | None = None  # (score, candidates list, position)
-            for candidates, since, fit in ((open_totals, lambda k: _finish_of(records[k]), after_finish),
-                                           (running, lambda k: records[k].arrival, after_arrival)):
+            for candidates, since, elapsed_fit in ((open_totals, lambda k: _finish_of(records[k]), after_finish),
+                                                   (running, lambda k: records[k].arrival, after_arrival)):
+                if elapsed_fit is None:
+                    continue
                 low = bisect.bisect_left(candidates, (record.input_tokens - most_added, -1))
                 high = bisect.bisect_left(candidates, (record.input_tokens, -1))
                 for m in range(low, high):
                     total, k = candidates[m]
                     elapsed = record.arrival - since(k)
-                    if elapsed > fit.most:
+                    if elapsed > elapsed_fit.most:
                         continue
-                    score = added.log_density(record.input_tokens - total) + fit.log_density(elapsed)
+                    score = added.log_density(record.input_tokens - total) + elapsed_fit.log_density(elapsed)
                     if best is None or score > best[0]:
                         best = (score, candidates, m)
             if best is not None:
