@@ -687,16 +687,17 @@ def _missed_turns(records: Sequence[ExactRequest], parent: list[int | None]) -> 
     clearing a queue the reuse never builds. Where the window shows a conversation pattern (at least
     MISSED_TURNS_MIN_MATCHED matched turns), a request that matched nothing and whose prompt is an earlier
     finished, unclaimed request's sequence plus new tokens as many as the matched turns' add, after a gap as
-    long as theirs (both within their MISSED_TURNS_QUANTILE), is that request's next turn: of the candidates, the
-    likeliest under log-normal fits of the matched turns' new tokens and gaps. A request may also follow a turn
-    that still ran when it arrived: a timeline replayed to the server sends each turn on the clients' schedule,
-    so where the server runs behind it, the next turn arrives before its previous one's sequence is cached and
-    matches nothing (a research-agent timeline at 0.9 on TP2: 134 of 730 continued turns). A replay at a ratio
-    that keeps up serves those turns from the cache, so they are linked too, to an unclaimed earlier request
-    still running at their arrival, after as long since its arrival as the matched turns that came while theirs
-    ran (at least RUNNING_TURNS_MIN_MATCHED of them; within their MISSED_TURNS_QUANTILE), scored the same way on
-    that span. Records without finish times (lines, not request
-    logs) are left as they are, and so are held requests' copies (no finish) as earlier turns."""
+    long as the matched turns that came after theirs finished show (both within their MISSED_TURNS_QUANTILE), is
+    that request's next turn: of the candidates, the likeliest under log-normal fits of the new tokens and gaps.
+    A request may also follow a turn that still ran when it arrived: a timeline replayed to the server sends each
+    turn on the clients' schedule, so where the server runs behind it, the next turn arrives before its previous
+    one's sequence is cached and matches nothing (a research-agent timeline at 0.9 on TP2: 134 of 730 continued
+    turns). A replay at a ratio that keeps up serves those turns from the cache, so they are linked too, to an
+    unclaimed earlier request still running at their arrival, after as long since its arrival as the matched
+    turns that came while theirs ran show (at least RUNNING_TURNS_MIN_MATCHED of them; within their
+    MISSED_TURNS_QUANTILE), scored the same way on that span. Records without finish times (lines, not request
+    logs) are left as they are, and the copies standing for requests the server still holds (no known finish)
+    are no one's earlier turn."""
     matched = [(j, k) for j, k in enumerate(parent) if k is not None]
     if len(matched) < MISSED_TURNS_MIN_MATCHED or any(r.finish is None for r in records):
         return
