@@ -273,12 +273,7 @@ def test_a_server_that_keeps_up_links_no_turn_to_a_request_still_running():
             for session in range(6)]
     lone = [ExactRequest(arrival=r.arrival + 2.0, input_tokens=r.input_tokens + r.output_tokens + 299,
                          output_tokens=20, finish=r.arrival + 4.0) for r in last]
-    traffic = TrafficEstimator(TrafficSettings(window_seconds=200))
-    traffic.observe_requests(sorted([*records, *lone], key=lambda r: r.arrival))
-    traffic.observe_requests([ExactRequest(arrival=-10.0, input_tokens=10, output_tokens=1, finish=0.0)])
-    picture = traffic.picture()
-    assert picture is not None
-    lone_specs = [r for r in picture.requests if r.output_tokens == 20]
+    lone_specs = _lone_specs_of(records, lone)
     assert len(lone_specs) >= 4 and all(r.prefix_group is None for r in lone_specs)
 
 
@@ -309,13 +304,18 @@ def test_without_a_conversation_pattern_unmatched_requests_stay_their_own():
     lone = [ExactRequest(arrival=records[k].finish + 2.0,
                          input_tokens=records[k].input_tokens + records[k].output_tokens + 300,
                          output_tokens=20, finish=records[k].finish + 3.0) for k in range(4)]
+    lone_specs = _lone_specs_of(records, lone)
+    assert len(lone_specs) == len(lone) and all(r.prefix_group is None for r in lone_specs)
+
+
+def _lone_specs_of(records: list[ExactRequest], lone: list[ExactRequest]) -> list[RequestSpec]:
+    """The request-log picture of `records` with `lone` (20-token outputs) among them: the lone requests' specs."""
     traffic = TrafficEstimator(TrafficSettings(window_seconds=200))
     traffic.observe_requests(sorted([*records, *lone], key=lambda r: r.arrival))
     traffic.observe_requests([ExactRequest(arrival=-10.0, input_tokens=10, output_tokens=1, finish=0.0)])
     picture = traffic.picture()
     assert picture is not None
-    lone_specs = [r for r in picture.requests if r.output_tokens == 20]
-    assert len(lone_specs) == len(lone) and all(r.prefix_group is None for r in lone_specs)
+    return [r for r in picture.requests if r.output_tokens == 20]
 
 
 def test_records_without_cached_counts_replay_without_reuse():
