@@ -277,6 +277,22 @@ def test_a_server_that_keeps_up_links_no_turn_to_a_request_still_running():
     assert len(lone_specs) >= 4 and all(r.prefix_group is None for r in lone_specs)
 
 
+def test_a_turn_matching_an_earlier_turn_of_its_conversation_continues_its_latest():
+    """The third turn arrives while the second still runs (its sequence not yet cached), so it matches the first
+    turn's sequence, which the second already continued: it is still that conversation's next turn, after the
+    second, not a shared prefix of its own."""
+    from advisor.estimate.traffic import prefix_groups
+
+    records = [ExactRequest(arrival=0.0, input_tokens=1000, output_tokens=100, finish=5.0),
+               ExactRequest(arrival=10.0, input_tokens=1400, output_tokens=100, finish=30.0, cached_tokens=1088),
+               ExactRequest(arrival=20.0, input_tokens=1800, output_tokens=50, finish=40.0, cached_tokens=1088)]
+    specs = [RequestSpec(r.arrival, r.input_tokens, r.output_tokens, 4096) for r in records]
+    first, second, third = prefix_groups(records, specs)
+    assert first.prefix_group == second.prefix_group == third.prefix_group == "turns-0"
+    assert (second.prefix_tokens, third.prefix_tokens) == (1099, 1499)
+    assert all(r.extends_prefix for r in (first, second, third))
+
+
 def test_a_match_of_an_earlier_turns_exact_sequence_beats_another_conversations_near_one():
     """The third turn of A arrives while A's second still runs, so it matches A's first turn's sequence exactly
     (1,099 tokens); B's first turn, not yet continued, ends 50 tokens above that, within the matching slack. The
