@@ -691,7 +691,7 @@ def _missed_turns(records: Sequence[ExactRequest], parent: list[int | None]) -> 
     that request's next turn: of the candidates, the likeliest under log-normal fits of the new tokens and gaps.
     A request may also follow a turn that still ran when it arrived: a timeline replayed to the server sends each
     turn on the clients' schedule, so where the server runs behind it, the next turn arrives before its previous
-    one's sequence is cached and matches nothing (a research-agent timeline at 0.9 on TP2: 134 of 730 continued
+    one's sequence is cached and matches nothing (a research-agent timeline at 0.9 on TP2: 134 of 738 continued
     turns). A replay at a ratio that keeps up serves those turns from the cache, so they are linked too, to an
     unclaimed earlier request still running at their arrival, after as long since its arrival as the matched
     turns that came while theirs ran show (at least RUNNING_TURNS_MIN_MATCHED of them; within their
@@ -750,7 +750,7 @@ def _missed_turns(records: Sequence[ExactRequest], parent: list[int | None]) -> 
                 chosen = best[1].pop(best[2])[1]
                 parent[j] = chosen
                 claimed.add(chosen)
-        if j not in claimed and math.isfinite(_finish_of(record)):
+        if j not in claimed and record.arrival < _finish_of(record) < math.inf:  # (one that took no time is finished)
             bisect.insort(running, (_sequence(record), j))
 
 

@@ -262,6 +262,21 @@ def test_a_turn_sent_while_its_previous_one_still_ran_joins_its_conversation():
     assert sum(linked[t].prefix_tokens for t in shown) > 0.05 * reused
 
 
+def test_a_request_that_took_no_time_is_the_previous_turn_of_one_request_at_most():
+    """A request logged with no latency finished as it came: it is an earlier turn among the finished ones only, so
+    of two later requests that both extend it, one joins it and the other does not."""
+    from advisor.estimate.traffic import prefix_groups
+
+    logged, _, _ = _slow_server_sessions(sessions=12, turns=9)
+    instant = ExactRequest(arrival=300.0, input_tokens=50000, output_tokens=100, finish=300.0)
+    later = [ExactRequest(arrival=302.0, input_tokens=50399, output_tokens=20, finish=303.0),
+             ExactRequest(arrival=304.0, input_tokens=50400, output_tokens=21, finish=305.0)]
+    records = sorted([*logged, instant, *later], key=lambda r: r.arrival)
+    specs = prefix_groups(records, [RequestSpec(r.arrival, r.input_tokens, r.output_tokens, 4096) for r in records])
+    joined = [s for r, s in zip(records, specs, strict=True) if r in later and s.prefix_tokens == 50099]
+    assert len(joined) == 1
+
+
 def test_a_server_that_keeps_up_links_no_turn_to_a_request_still_running():
     """Where no matched turn came while its previous one ran (clients that wait for each answer, a server that
     keeps up), a request that matched nothing is not linked to one still running at its arrival, even where its
