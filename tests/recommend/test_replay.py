@@ -191,9 +191,10 @@ def test_a_metrics_only_pictures_sharp_optimum_is_read_away_from_its_cliff():
     assert flat is not None and flat.chosen_ratio == pytest.approx(math.sqrt(4.0 / 3.0 * 4.0))
 
 
-def _cliff_under_load(window: float, cliff: float):
-    """A stand-in whose goodput is flat from 0.6 up on the observed window, while on a heavier one (a shorter
-    window) it halves below `cliff`: a live ratio just above 0.6 only serves the draw it saw."""
+def _cliff_under_load(window: float, cliff: float, from_load: float = 1.0):
+    """A stand-in whose goodput is flat from 0.6 up on the observed window, while on one more than `from_load`
+    times heavier (a shorter window) it halves below `cliff`: a live ratio just above 0.6 only serves the draw it
+    saw."""
     from dataclasses import replace as dc_replace
 
     template = _template()
@@ -201,7 +202,7 @@ def _cliff_under_load(window: float, cliff: float):
 
     def run_many(_server, picture, ratios, _settings):
         runs.extend((picture.window_seconds, r) for r in ratios)
-        heavier = picture.window_seconds < window
+        heavier = picture.window_seconds < window / from_load
 
         def slo(r):
             return 500.0 if r < 0.6 or (heavier and r < cliff) else 1000.0
@@ -242,6 +243,37 @@ def test_a_live_ratio_that_only_just_serves_the_observed_draw_is_replayed_on_hea
     worth = replay_curve(server, picture, prior_ratio=2.0, live_ratio=0.5, run_many=run_many)
     assert worth is not None and worth.gain is not None and worth.gain > 1.5
     assert worth.headroom_gain is None and all(window == 200.0 for window, _ in runs)
+
+
+def test_a_live_ratio_with_no_room_to_spare_is_replayed_at_the_capacity_load():
+    """The live 0.9 serves the window, and the window 10% heavier, as fully as the chosen ratio; only past 1.3x
+    does everything under 1.2 halve (a split serving near its capacity: a burst the window did not hold builds a
+    queue it drains slowly). Where the 1.1x pair ties, the pair runs once more at capacity_load: the live ratio
+    loses there, the gain is reported at that load, and the hold band no longer holds it. capacity_load 1 runs
+    no such pair, and a tie at the capacity load keeps the 1.1x figure."""
+    server = load_server_config("default")
+    picture = TrafficPicture([RequestSpec(float(t), 100, 10, 100) for t in range(200)], 200.0, "test")
+    settings = ReplaySettings()
+    run_many, runs = _cliff_under_load(200.0, 1.2, from_load=1.3)
+    curve = replay_curve(server, picture, prior_ratio=2.0, live_ratio=0.9, run_many=run_many)
+    assert curve is not None and curve.gain == pytest.approx(1.0)
+    loads = sorted({round(200.0 / window, 6) for window, _ in runs if window < 200.0})
+    assert loads == pytest.approx([settings.headroom, settings.capacity_load])
+    assert curve.headroom_gain == pytest.approx(2.0) and curve.headroom == settings.capacity_load
+    assert curve.runs == len(runs) == len(curve.points) + 4
+    assert curve.hold_lower == pytest.approx(math.sqrt(0.9 * curve.chosen_ratio))
+    run_many, runs = _cliff_under_load(200.0, 1.2, from_load=1.3)
+    off = replay_curve(server, picture, prior_ratio=2.0, live_ratio=0.9, run_many=run_many,
+                       settings=ReplaySettings(capacity_load=1.0))
+    assert off is not None and off.headroom_gain == pytest.approx(1.0) and off.headroom == settings.headroom
+    assert all(window == pytest.approx(200.0 / settings.headroom) for window, _ in runs if window < 200.0)
+    assert curve.hold_lower > off.hold_lower
+    run_many, runs = _cliff_under_load(200.0, 0.85, from_load=1.3)  # the live ratio keeps its room
+    calm = replay_curve(server, picture, prior_ratio=2.0, live_ratio=0.9, run_many=run_many)
+    assert calm is not None and calm.headroom_gain == pytest.approx(1.0) and calm.headroom == settings.headroom
+    assert calm.hold_lower == pytest.approx(off.hold_lower)
+    with pytest.raises(ValueError, match="capacity_load"):
+        ReplaySettings(capacity_load=0.5)
 
 
 def test_a_rising_rate_is_replayed_as_heavy_as_the_windows_last_minutes_came():
