@@ -102,10 +102,10 @@ class ReplaySettings:
     headroom_max: float = 1.5
     # ... and where that gain is small too, once more on the traffic `capacity_load` times heavier: a split that
     # serves the window only near its capacity serves it as fully as one with room to spare, the curve is flat
-    # across both, and the next burst builds a queue the first drains slowly and the second at once (held-out
-    # reasoning waves on TP2: flat over r 0.19-1.71 on its watched half hour; a fresh hour's one long burst cost
-    # the live 0.9 27% of its goodput and the chosen 0.57 4%; 1.5x heavier, the watched half hour showed 0.9 at
-    # 88% of 0.57's). The load is the heaviest a trend is read at; 1 runs no such pair.
+    # across both, and a queue that builds drains slowly at the first and at once at the second (held-out
+    # reasoning waves on TP2: flat over r 0.19-1.71 on its watched half hour; a fresh hour cost the live 0.9 27% of
+    # its goodput and the chosen 0.57 4%, where each of its halves alone served both fully; 1.5x heavier, the
+    # watched half hour showed 0.9 at 88% of 0.57's). The load is the heaviest a trend is read at; 1 runs no such pair.
     capacity_load: float = 1.5
     # ... and where that trend is there, the whole curve is replayed on the traffic that heavy too, and the ratio read
     # where both curves hold (`trend_curve`); False replays the trend's two runs only.
@@ -1019,13 +1019,15 @@ def _window_curve(
             and abs(math.log(chosen / live_ratio)) > math.log(settings.min_move)):
         plain = _gain(chosen_goodput, scores[live_ratio])
         robust_plain = _gain(robust(chosen), robust(live_ratio))
+        def pair_gain(heavier_by: float) -> float | None:
+            """The chosen ratio's score over the live one's on the window `heavier_by` times heavier (two runs)."""
+            at_live, at_chosen = run_many(server, heavier(picture, heavier_by), [live_ratio, chosen], settings)
+            return _gain(_score(at_chosen, overloaded), _score(at_live, overloaded))
+
         if max(g or 0.0 for g in (plain, robust_plain)) < settings.headroom_below_gain:
-            at_live, at_chosen = run_many(server, heavier(picture, headroom), [live_ratio, chosen], settings)
-            headroom_gain = _gain(_score(at_chosen, overloaded), _score(at_live, overloaded))
+            headroom_gain = pair_gain(headroom)
             if settings.capacity_load > headroom and (headroom_gain or 0.0) < settings.headroom_below_gain:
-                at_live, at_chosen = run_many(server, heavier(picture, settings.capacity_load), [live_ratio, chosen],
-                                              settings)
-                capacity_gain = _gain(_score(at_chosen, overloaded), _score(at_live, overloaded))
+                capacity_gain = pair_gain(settings.capacity_load)
                 capacity_runs = 2
                 if capacity_gain is not None and capacity_gain > (headroom_gain or 0.0):
                     headroom_gain, headroom = capacity_gain, settings.capacity_load
