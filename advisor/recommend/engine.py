@@ -310,7 +310,14 @@ def _recommend(
         if replay.draws > 1:
             notes.append(f"without request logs the traffic is one draw of what the histograms allow: the curve is "
                          f"the mean of {replay.draws} replays' draws")
-        if replay.flat:
+        if replay.flat and replay.lean_from is not None:
+            notes.append(
+                f"replayed goodput is flat within its noise over r {replay.width_lower:.3g}-{replay.width_upper:.3g}; "
+                f"with the traffic {replay.lean_load or 1:.3g}x heavier, r {replay.chosen_ratio:.3g} scores "
+                f"{((replay.lean_gain or 1) - 1) * 100:+.1f}% over its middle r {replay.lean_from:.3g}: the advice "
+                "leans there"
+            )
+        elif replay.flat:
             notes.append(
                 f"replayed goodput is flat within its noise over r {replay.width_lower:.3g}-{replay.width_upper:.3g}: "
                 f"its middle, r {replay.chosen_ratio:.3g}, is furthest from where it falls"

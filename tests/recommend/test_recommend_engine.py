@@ -474,6 +474,19 @@ def test_under_a_rising_rate_the_recommendation_says_which_plateaus_it_read_and_
     assert steady.replay_trend_load is None and not any("rising" in note for note in steady.notes)
 
 
+def test_a_choice_leaned_on_heavier_traffic_says_from_where_and_why():
+    est, now = run([[(8192, 1024)] * 600])
+    points = [(0.9, 1000.0), (1.5, 1400.0), (2.5, 1410.0), (4.0, 1405.0), (6.0, 1000.0)]
+    middle = replace(_curve(points, 2.5, live=0.9, lower=1.5, upper=4.0, prior=1.7), flat=True, lean_load=1.1)
+    leaned = replace(middle, chosen_ratio=4.0, chosen_goodput=1405.0, lean_from=2.5, lean_gain=1.062)
+    rec = _recommend_on(leaned, est, now)
+    assert rec.ratio == pytest.approx(4.0) and rec.decision == "raise_ratio"
+    assert any("1.1x heavier, r 4 scores +6.2% over its middle r 2.5" in note for note in rec.notes)
+    plain = _recommend_on(middle, est, now)
+    assert any("its middle, r 2.5, is furthest" in note for note in plain.notes)
+    assert not any("heavier, r" in note for note in plain.notes)
+
+
 def test_after_a_regime_shift_the_recommendation_says_which_plateaus_it_read():
     est, now = run([[(8192, 1024)] * 600])
     points = [(0.3, 1300.0), (0.5, 1400.0), (0.9, 1200.0), (1.5, 1000.0), (3.0, 800.0)]

@@ -191,6 +191,10 @@ def test_a_metrics_only_pictures_sharp_optimum_is_read_away_from_its_cliff():
     assert flat is not None and flat.chosen_ratio == pytest.approx(math.sqrt(4.0 / 3.0 * 4.0))
 
 
+# The replay without the plateau's lean on heavier traffic (`_leaned`): tests of the other heavier runs count theirs.
+PLAIN = ReplaySettings(lean=False)
+
+
 def _cliff_under_load(window: float, cliff: float, from_load: float = 1.0):
     """A stand-in whose goodput is flat from 0.6 up on the observed window, while on one more than `from_load`
     times heavier (a shorter window) it halves below `cliff`: a live ratio just above 0.6 only serves the draw it
@@ -217,9 +221,9 @@ def test_a_live_ratio_that_only_just_serves_the_observed_draw_is_replayed_on_hea
     and the hold band no longer holds it. Where the heavier traffic does not tell them apart, the band stands."""
     server = load_server_config("default")
     picture = TrafficPicture([RequestSpec(float(t), 100, 10, 100) for t in range(200)], 200.0, "test")
-    settings = ReplaySettings()
+    settings = ReplaySettings(lean=False)  # the plateau's own lean runs apart
     run_many, runs = _cliff_under_load(200.0, 1.2)
-    curve = replay_curve(server, picture, prior_ratio=2.0, live_ratio=0.9, run_many=run_many)
+    curve = replay_curve(server, picture, prior_ratio=2.0, live_ratio=0.9, run_many=run_many, settings=PLAIN)
     assert curve is not None and curve.gain == pytest.approx(1.0)
     heavier = sorted(r for window, r in runs if window < 200.0)
     assert heavier == pytest.approx(sorted([0.9, curve.chosen_ratio]))  # two runs, on the window 1.1x heavier
@@ -228,19 +232,19 @@ def test_a_live_ratio_that_only_just_serves_the_observed_draw_is_replayed_on_hea
     assert curve.runs == len(curve.points) + 2
     run_many, _ = _cliff_under_load(200.0, 1.2)
     unloaded = replay_curve(server, picture, prior_ratio=2.0, live_ratio=0.9, run_many=run_many,
-                            settings=ReplaySettings(headroom=1.0))
+                            settings=replace(PLAIN, headroom=1.0))
     assert unloaded is not None and unloaded.headroom_gain is None
     # the band moves up to halfway (in log r) between the live and the chosen ratio
     assert curve.hold_lower == pytest.approx(math.sqrt(0.9 * curve.chosen_ratio))
     assert curve.hold_lower > unloaded.hold_lower
     # a cliff under load that spares the live ratio too: the band stands as it was
     run_many, runs = _cliff_under_load(200.0, 0.85)
-    calm = replay_curve(server, picture, prior_ratio=2.0, live_ratio=0.9, run_many=run_many)
+    calm = replay_curve(server, picture, prior_ratio=2.0, live_ratio=0.9, run_many=run_many, settings=PLAIN)
     assert calm is not None and calm.headroom_gain == pytest.approx(1.0)
     assert calm.hold_lower == pytest.approx(unloaded.hold_lower)
     # a move worth a restart on the observed traffic already: no heavier replay
     run_many, runs = _cliff_under_load(200.0, 1.2)
-    worth = replay_curve(server, picture, prior_ratio=2.0, live_ratio=0.5, run_many=run_many)
+    worth = replay_curve(server, picture, prior_ratio=2.0, live_ratio=0.5, run_many=run_many, settings=PLAIN)
     assert worth is not None and worth.gain is not None and worth.gain > 1.5
     assert worth.headroom_gain is None and all(window == 200.0 for window, _ in runs)
 
@@ -253,9 +257,9 @@ def test_a_live_ratio_with_no_room_to_spare_is_replayed_at_the_capacity_load():
     no such pair, and a tie at the capacity load keeps the 1.1x figure."""
     server = load_server_config("default")
     picture = TrafficPicture([RequestSpec(float(t), 100, 10, 100) for t in range(200)], 200.0, "test")
-    settings = ReplaySettings()
+    settings = ReplaySettings(lean=False)  # the plateau's own lean runs apart
     run_many, runs = _cliff_under_load(200.0, 1.2, from_load=1.3)
-    curve = replay_curve(server, picture, prior_ratio=2.0, live_ratio=0.9, run_many=run_many)
+    curve = replay_curve(server, picture, prior_ratio=2.0, live_ratio=0.9, run_many=run_many, settings=PLAIN)
     assert curve is not None and curve.gain == pytest.approx(1.0)
     loads = sorted({round(200.0 / window, 6) for window, _ in runs if window < 200.0})
     assert loads == pytest.approx([settings.headroom, settings.capacity_load])
@@ -264,16 +268,78 @@ def test_a_live_ratio_with_no_room_to_spare_is_replayed_at_the_capacity_load():
     assert curve.hold_lower == pytest.approx(math.sqrt(0.9 * curve.chosen_ratio))
     run_many, runs = _cliff_under_load(200.0, 1.2, from_load=1.3)
     off = replay_curve(server, picture, prior_ratio=2.0, live_ratio=0.9, run_many=run_many,
-                       settings=ReplaySettings(capacity_load=1.0))
+                       settings=replace(PLAIN, capacity_load=1.0))
     assert off is not None and off.headroom_gain == pytest.approx(1.0) and off.headroom == settings.headroom
     assert all(window == pytest.approx(200.0 / settings.headroom) for window, _ in runs if window < 200.0)
     assert curve.hold_lower > off.hold_lower
     run_many, runs = _cliff_under_load(200.0, 0.85, from_load=1.3)  # the live ratio keeps its room
-    calm = replay_curve(server, picture, prior_ratio=2.0, live_ratio=0.9, run_many=run_many)
+    calm = replay_curve(server, picture, prior_ratio=2.0, live_ratio=0.9, run_many=run_many, settings=PLAIN)
     assert calm is not None and calm.headroom_gain == pytest.approx(1.0) and calm.headroom == settings.headroom
     assert calm.hold_lower == pytest.approx(off.hold_lower)
     with pytest.raises(ValueError, match="capacity_load"):
         ReplaySettings(capacity_load=0.5)
+
+
+def _plateau_narrowing_under_load(window: float, low: float, high: float, heavier_from: float):
+    """A stand-in flat between `low` and `high` on the observed window (half outside), while on any heavier window
+    the plateau's part below `heavier_from` scores 20% less: the next, heavier draw fails a state pool that small."""
+    from dataclasses import replace as dc_replace
+
+    template = _template()
+    runs: list[tuple[float, float]] = []
+
+    def run_many(_server, picture, ratios, _settings):
+        runs.extend((picture.window_seconds, r) for r in ratios)
+        heavier = picture.window_seconds < window * 0.999
+
+        def slo(r):
+            if not low <= r <= high:
+                return 500.0
+            return 800.0 if heavier and r < heavier_from else 1000.0
+        return [dc_replace(template, ratio=r, completed_requests=5000, goodput_tokens_per_second=slo(r),
+                           slo_goodput_tokens_per_second=slo(r)) for r in ratios]
+    return run_many, runs
+
+
+def test_a_wide_plateau_leans_toward_the_side_heavier_traffic_keeps():
+    """The window's curve is flat over r 0.6-6; on the window 10% heavier everything under 2.5 loses 20%. The
+    plateau's middle and the points halfway (in log r) to each end are replayed on that heavier window (three runs),
+    and the choice leans to the upper one, inside the plateau, the hold band around it. Where the heavier window
+    does not tell them apart, or the lean is off, the middle stands; a plateau too narrow to hold a move
+    (its ends under min_move ** 4 apart) runs nothing more."""
+    server = load_server_config("default")
+    picture = TrafficPicture([RequestSpec(float(t), 100, 10, 100) for t in range(200)], 200.0, "test")
+    settings = ReplaySettings()
+    run_many, runs = _plateau_narrowing_under_load(200.0, 0.6, 6.0, 2.5)
+    curve = replay_curve(server, picture, prior_ratio=2.0, live_ratio=None, run_many=run_many)
+    assert curve is not None and curve.lean_from is not None and curve.lean_load == settings.headroom
+    middle = math.sqrt(curve.width_lower * curve.width_upper)
+    assert curve.lean_from == pytest.approx(middle)
+    heavier = sorted(r for window, r in runs if window < 200.0)
+    assert heavier == pytest.approx(sorted([math.sqrt(curve.width_lower * middle), middle,
+                                            math.sqrt(middle * curve.width_upper)]))
+    assert all(window == pytest.approx(200.0 / settings.headroom) for window, _ in runs if window < 200.0)
+    assert curve.chosen_ratio == pytest.approx(math.sqrt(middle * curve.width_upper)) and curve.chosen_ratio > 2.5
+    assert curve.lean_gain == pytest.approx(1000.0 / 800.0)
+    assert curve.hold_lower < curve.chosen_ratio < curve.hold_upper <= curve.width_upper
+    assert curve.runs == len(runs)
+    assert ReplayCurve.from_dict(curve.to_dict()) == curve  # the checkpoint keeps the lean
+    # the heavier window does not tell them apart: the middle stands (the runs are still counted)
+    run_many, runs = _plateau_narrowing_under_load(200.0, 0.6, 6.0, 0.5)
+    even = replay_curve(server, picture, prior_ratio=2.0, live_ratio=None, run_many=run_many)
+    assert even is not None and even.lean_from is None and even.lean_load == settings.headroom
+    assert even.chosen_ratio == pytest.approx(math.sqrt(even.width_lower * even.width_upper))
+    assert even.runs == len(runs) == len(even.points) + 3
+    # off
+    run_many, runs = _plateau_narrowing_under_load(200.0, 0.6, 6.0, 2.5)
+    off = replay_curve(server, picture, prior_ratio=2.0, live_ratio=None, run_many=run_many, settings=PLAIN)
+    assert off is not None and off.lean_load is None and all(window == 200.0 for window, _ in runs)
+    assert off.chosen_ratio == pytest.approx(middle)
+    # a plateau 1.4x wide: no move within it is worth a restart, and nothing more runs
+    run_many, runs = _plateau_narrowing_under_load(200.0, 1.7, 2.4, 2.0)
+    narrow = replay_curve(server, picture, prior_ratio=2.0, live_ratio=None, run_many=run_many)
+    assert narrow is not None and narrow.width_ratio < settings.min_move ** 4
+    assert narrow.lean_load is None and all(window == 200.0 for window, _ in runs)
 
 
 def test_a_rising_rate_is_replayed_as_heavy_as_the_windows_last_minutes_came():
@@ -307,7 +373,7 @@ def test_a_rising_rate_is_replayed_as_heavy_as_the_windows_last_minutes_came():
     runs = [RequestSpec(float(start) + 0.01 * i, 100, 10, 100) for start in range(0, 1800, 20)
             for i in range(int(rng.geometric(1 / (26 if start >= 1500 else 20))))]
     assert recent_load(TrafficPicture(runs, 1800.0, "test"), 300.0) == 1.0
-    pair_only = ReplaySettings(follow_trend=False)  # the trend's heavier pair alone, no curve of its own
+    pair_only = ReplaySettings(follow_trend=False, lean=False)  # the trend's heavier pair alone, no curve of its own
     run_many, runs = _cliff_under_load(1800.0, 1.2)
     curve = replay_curve(server, picture, prior_ratio=2.0, live_ratio=0.9, run_many=run_many, settings=pair_only)
     assert curve is not None and curve.headroom == pytest.approx(expected) and curve.trend_load is None
@@ -384,7 +450,7 @@ def test_a_server_that_queued_more_than_the_replay_is_replayed_heavier_until_it_
     requests = [RequestSpec(float(t), 100, 10, 100) for t in range(1000)]
     picture = TrafficPicture(requests, 1000.0, "metrics", live_queue_times=_queue_histogram(1 / 3))
     run_many, runs = _queueing_under_load(1000.0, 1.06)
-    curve = replay_curve(server, picture, prior_ratio=2.0, live_ratio=0.9, run_many=run_many)
+    curve = replay_curve(server, picture, prior_ratio=2.0, live_ratio=0.9, run_many=run_many, settings=PLAIN)
     assert curve is not None
     assert curve.queue_shown == pytest.approx(1 / 3) and curve.queue_replayed == 0.0
     assert curve.queue_load is not None and 1.06 <= curve.queue_load <= 1.06 * 1.02  # bisected to within 2%
@@ -401,12 +467,12 @@ def test_a_server_that_queued_more_than_the_replay_is_replayed_heavier_until_it_
     for over in (0.0, 0.015):  # the server queued no more than the replay, or within the margin and its noise
         run_many, runs = _queueing_under_load(1000.0, 1.06)
         calm = replay_curve(server, replace(picture, live_queue_times=_queue_histogram(over)), prior_ratio=2.0,
-                            live_ratio=0.9, run_many=run_many)
+                            live_ratio=0.9, run_many=run_many, settings=PLAIN)
         assert calm is not None and calm.queue_load is None and calm.trend_load is None
         assert all(window == 1000.0 or r in (0.9, calm.chosen_ratio) for window, r in runs)  # the heavier pair only
     run_many, _ = _queueing_under_load(1000.0, 1.06)
     off = replay_curve(server, picture, prior_ratio=2.0, live_ratio=0.9, run_many=run_many,
-                       settings=ReplaySettings(queue_rounds=0))
+                       settings=replace(PLAIN, queue_rounds=0))
     assert off is not None and off.queue_load is None and off.queue_shown == pytest.approx(1 / 3)
     with pytest.raises(ValueError, match="queue_first_load"):
         ReplaySettings(queue_first_load=3.0, queue_load_max=2.0)
