@@ -766,7 +766,7 @@ def _leaned(server: SchedulerServerConfig, picture: TrafficPicture, curve: Repla
     results = run_many(server, heavier(picture, settings.headroom), [quarters[0], middle, quarters[1]], settings)
     at_low, at_middle, at_high = (_score(result, overloaded) for result in results)
     marks: dict[str, Any] = {"lean_load": settings.headroom, "other_runs": curve.other_runs + 3}
-    best_side, best_score = max(zip(quarters, (at_low, at_high)), key=lambda pair: pair[1])
+    best_side, best_score = max(zip(quarters, (at_low, at_high), strict=True), key=lambda pair: pair[1])
     if not at_middle > 0 or not best_score > at_middle * (1.0 + 2.0 * curve.plateau_tolerance):
         return replace(curve, **marks)
     return _reread(curve, curve.points, tolerance=curve.plateau_tolerance, live_ratio=live_ratio, settings=settings,
