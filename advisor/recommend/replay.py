@@ -261,8 +261,8 @@ class ReplayCurve:
     # averaged with the previous replay's (`remembered_curve`), this replay's own, and how many draws `points` hold.
     draw_points: list[CurvePoint] | None = None
     draws: int = 1
-    # Where the plateau's quarter points were replayed on heavier traffic (`_leaned`): how much heavier, and where one
-    # of them beat the middle there, the middle the choice leaned from and the leaned ratio's score over it.
+    # Where the points halfway from the plateau's middle to its ends were replayed on heavier traffic (`_leaned`): how
+    # much heavier, and where one of them beat the middle there, the middle the choice leaned from and the leaned ratio's score over it.
     lean_load: float | None = None
     lean_from: float | None = None
     lean_gain: float | None = None
@@ -753,20 +753,20 @@ def replay_curve(
 
 def _leaned(server: SchedulerServerConfig, picture: TrafficPicture, curve: ReplayCurve, *, live_ratio: float | None,
             settings: ReplaySettings, run_many: RunMany) -> ReplayCurve:
-    """`curve`, its choice leaned toward the quarter point of its plateau (halfway in log r from its middle to an
-    end) that the window `headroom` times heavier serves best, where that beats the middle there by more than twice the plateau's tolerance (three runs, on a
-    plain curve whose plateau ends lie min_move ** 4 apart or more; a curve read after a regime shift or under a
-    trend has been read with other traffic already)."""
+    """`curve`, its choice leaned toward the point halfway (in log r) from its plateau's middle to an end that the
+    window `headroom` times heavier serves best, where that beats the middle there by more than twice the plateau's
+    tolerance. Three runs, on a plain curve whose plateau ends lie min_move ** 4 apart or more (a curve read after
+    a regime shift or under a trend has been read with other traffic already)."""
     if (not settings.lean or curve.trend_load is not None or curve.regime_seconds is not None or not curve.flat
             or curve.width_ratio < settings.min_move ** 4 or not settings.headroom > 1):
         return curve
     middle = curve.chosen_ratio
-    quarters = (math.sqrt(curve.width_lower * middle), math.sqrt(middle * curve.width_upper))
+    halfway = (math.sqrt(curve.width_lower * middle), math.sqrt(middle * curve.width_upper))
     overloaded = curve.metric == "raw_goodput"
-    results = run_many(server, heavier(picture, settings.headroom), [quarters[0], middle, quarters[1]], settings)
+    results = run_many(server, heavier(picture, settings.headroom), [halfway[0], middle, halfway[1]], settings)
     at_low, at_middle, at_high = (_score(result, overloaded) for result in results)
     marks: dict[str, Any] = {"lean_load": settings.headroom, "other_runs": curve.other_runs + 3}
-    best_side, best_score = max(zip(quarters, (at_low, at_high), strict=True), key=lambda pair: pair[1])
+    best_side, best_score = max(zip(halfway, (at_low, at_high), strict=True), key=lambda pair: pair[1])
     if not at_middle > 0 or not best_score > at_middle * (1.0 + 2.0 * curve.plateau_tolerance):
         return replace(curve, **marks)
     return _reread(curve, curve.points, tolerance=curve.plateau_tolerance, live_ratio=live_ratio, settings=settings,

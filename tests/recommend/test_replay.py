@@ -195,10 +195,11 @@ def test_a_metrics_only_pictures_sharp_optimum_is_read_away_from_its_cliff():
 PLAIN = ReplaySettings(lean=False)
 
 
-def _cliff_under_load(window: float, cliff: float, from_load: float = 1.0):
-    """A stand-in whose goodput is flat from 0.6 up on the observed window, while on one more than `from_load`
-    times heavier (a shorter window) it halves below `cliff`: a live ratio just above 0.6 only serves the draw it
-    saw."""
+def _cliff_under_load(window: float, cliff: float, from_load: float = 1.0, *, low: float = 0.6,
+                      high: float = math.inf, under_cliff: float = 500.0):
+    """A stand-in whose goodput is flat from `low` up (to `high`; half outside) on the observed window, while on one
+    more than `from_load` times heavier (a shorter window) it falls to `under_cliff` below `cliff`: a live ratio just
+    above `low` only serves the draw it saw."""
     from dataclasses import replace as dc_replace
 
     template = _template()
@@ -209,7 +210,9 @@ def _cliff_under_load(window: float, cliff: float, from_load: float = 1.0):
         heavier = picture.window_seconds < window / from_load
 
         def slo(r):
-            return 500.0 if r < 0.6 or (heavier and r < cliff) else 1000.0
+            if not low <= r <= high:
+                return 500.0
+            return under_cliff if heavier and r < cliff else 1000.0
         return [dc_replace(template, ratio=r, completed_requests=5000, goodput_tokens_per_second=slo(r),
                            slo_goodput_tokens_per_second=slo(r)) for r in ratios]
     return run_many, runs
@@ -221,7 +224,7 @@ def test_a_live_ratio_that_only_just_serves_the_observed_draw_is_replayed_on_hea
     and the hold band no longer holds it. Where the heavier traffic does not tell them apart, the band stands."""
     server = load_server_config("default")
     picture = TrafficPicture([RequestSpec(float(t), 100, 10, 100) for t in range(200)], 200.0, "test")
-    settings = ReplaySettings(lean=False)  # the plateau's own lean runs apart
+    settings = PLAIN
     run_many, runs = _cliff_under_load(200.0, 1.2)
     curve = replay_curve(server, picture, prior_ratio=2.0, live_ratio=0.9, run_many=run_many, settings=PLAIN)
     assert curve is not None and curve.gain == pytest.approx(1.0)
@@ -257,7 +260,7 @@ def test_a_live_ratio_with_no_room_to_spare_is_replayed_at_the_capacity_load():
     no such pair, and a tie at the capacity load keeps the 1.1x figure."""
     server = load_server_config("default")
     picture = TrafficPicture([RequestSpec(float(t), 100, 10, 100) for t in range(200)], 200.0, "test")
-    settings = ReplaySettings(lean=False)  # the plateau's own lean runs apart
+    settings = PLAIN
     run_many, runs = _cliff_under_load(200.0, 1.2, from_load=1.3)
     curve = replay_curve(server, picture, prior_ratio=2.0, live_ratio=0.9, run_many=run_many, settings=PLAIN)
     assert curve is not None and curve.gain == pytest.approx(1.0)
@@ -280,27 +283,6 @@ def test_a_live_ratio_with_no_room_to_spare_is_replayed_at_the_capacity_load():
         ReplaySettings(capacity_load=0.5)
 
 
-def _plateau_narrowing_under_load(window: float, low: float, high: float, heavier_from: float):
-    """A stand-in flat between `low` and `high` on the observed window (half outside), while on any heavier window
-    the plateau's part below `heavier_from` scores 20% less: the next, heavier draw fails a state pool that small."""
-    from dataclasses import replace as dc_replace
-
-    template = _template()
-    runs: list[tuple[float, float]] = []
-
-    def run_many(_server, picture, ratios, _settings):
-        runs.extend((picture.window_seconds, r) for r in ratios)
-        heavier = picture.window_seconds < window * 0.999
-
-        def slo(r):
-            if not low <= r <= high:
-                return 500.0
-            return 800.0 if heavier and r < heavier_from else 1000.0
-        return [dc_replace(template, ratio=r, completed_requests=5000, goodput_tokens_per_second=slo(r),
-                           slo_goodput_tokens_per_second=slo(r)) for r in ratios]
-    return run_many, runs
-
-
 def test_a_wide_plateau_leans_toward_the_side_heavier_traffic_keeps():
     """The window's curve is flat over r 0.6-6; on the window 10% heavier everything under 2.5 loses 20%. The
     plateau's middle and the points halfway (in log r) to each end are replayed on that heavier window (three runs),
@@ -310,7 +292,7 @@ def test_a_wide_plateau_leans_toward_the_side_heavier_traffic_keeps():
     server = load_server_config("default")
     picture = TrafficPicture([RequestSpec(float(t), 100, 10, 100) for t in range(200)], 200.0, "test")
     settings = ReplaySettings()
-    run_many, runs = _plateau_narrowing_under_load(200.0, 0.6, 6.0, 2.5)
+    run_many, runs = _cliff_under_load(200.0, 2.5, high=6.0, under_cliff=800.0)
     curve = replay_curve(server, picture, prior_ratio=2.0, live_ratio=None, run_many=run_many)
     assert curve is not None and curve.lean_from is not None and curve.lean_load == settings.headroom
     middle = math.sqrt(curve.width_lower * curve.width_upper)
@@ -325,18 +307,18 @@ def test_a_wide_plateau_leans_toward_the_side_heavier_traffic_keeps():
     assert curve.runs == len(runs)
     assert ReplayCurve.from_dict(curve.to_dict()) == curve  # the checkpoint keeps the lean
     # the heavier window does not tell them apart: the middle stands (the runs are still counted)
-    run_many, runs = _plateau_narrowing_under_load(200.0, 0.6, 6.0, 0.5)
+    run_many, runs = _cliff_under_load(200.0, 0.5, high=6.0, under_cliff=800.0)
     even = replay_curve(server, picture, prior_ratio=2.0, live_ratio=None, run_many=run_many)
     assert even is not None and even.lean_from is None and even.lean_load == settings.headroom
     assert even.chosen_ratio == pytest.approx(math.sqrt(even.width_lower * even.width_upper))
     assert even.runs == len(runs) == len(even.points) + 3
     # off
-    run_many, runs = _plateau_narrowing_under_load(200.0, 0.6, 6.0, 2.5)
+    run_many, runs = _cliff_under_load(200.0, 2.5, high=6.0, under_cliff=800.0)
     off = replay_curve(server, picture, prior_ratio=2.0, live_ratio=None, run_many=run_many, settings=PLAIN)
     assert off is not None and off.lean_load is None and all(window == 200.0 for window, _ in runs)
     assert off.chosen_ratio == pytest.approx(middle)
     # a plateau 1.4x wide: no move within it is worth a restart, and nothing more runs
-    run_many, runs = _plateau_narrowing_under_load(200.0, 1.7, 2.4, 2.0)
+    run_many, runs = _cliff_under_load(200.0, 2.0, low=1.7, high=2.4, under_cliff=800.0)
     narrow = replay_curve(server, picture, prior_ratio=2.0, live_ratio=None, run_many=run_many)
     assert narrow is not None and narrow.width_ratio < settings.min_move ** 4
     assert narrow.lean_load is None and all(window == 200.0 for window, _ in runs)
