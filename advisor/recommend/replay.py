@@ -234,6 +234,8 @@ class ReplayCurve:
     # live ratio, one within min_move of the chosen, or a gain on the observed traffic already worth a restart).
     headroom_gain: float | None = None
     headroom: float = 1.0
+    # ... and that run of the chosen ratio (the ratio, its score), which the plateau's lean reuses for its middle.
+    headroom_chosen: tuple[float, float] | None = None
     # After a regime shift inside the window: how long ago (seconds before the window's end) the new regime began,
     # the whole window's own plateau, and the runs no other field counts (the window's curve and heavier pair, the
     # new regime's heavier pair where the curve read from both drops it; the curve's points are the new regime's).
@@ -321,7 +323,7 @@ class ReplayCurve:
         points = [CurvePoint(**point) for point in values.pop("points")]
         if values.get("draw_points") is not None:
             values["draw_points"] = [CurvePoint(**point) for point in values["draw_points"]]
-        for name in ("window_plateau", "regime_plateau", "trend_plateau"):
+        for name in ("window_plateau", "regime_plateau", "trend_plateau", "headroom_chosen"):
             if values.get(name) is not None:
                 low, high = values[name]
                 values[name] = (float(low), float(high))
@@ -755,17 +757,27 @@ def _leaned(server: SchedulerServerConfig, picture: TrafficPicture, curve: Repla
             settings: ReplaySettings, run_many: RunMany) -> ReplayCurve:
     """`curve`, its choice leaned toward the point halfway (in log r) from its plateau's middle to an end that the
     window `headroom` times heavier serves best, where that beats the middle there by more than twice the plateau's
-    tolerance. Three runs, on a plain curve whose plateau ends lie min_move ** 4 apart or more (a curve read after
-    a regime shift or under a trend has been read with other traffic already)."""
+    tolerance. Three runs (two where the heavier pair ran the middle at that load), on a plain curve whose plateau
+    ends lie min_move ** 4 apart or more (a curve read after a regime shift or under a trend has been read with other
+    traffic already)."""
     if (not settings.lean or curve.trend_load is not None or curve.regime_seconds is not None or not curve.flat
             or curve.width_ratio < settings.min_move ** 4 or not settings.headroom > 1):
         return curve
     middle = curve.chosen_ratio
     halfway = (math.sqrt(curve.width_lower * middle), math.sqrt(middle * curve.width_upper))
     overloaded = curve.metric == "raw_goodput"
-    results = run_many(server, heavier(picture, settings.headroom), [halfway[0], middle, halfway[1]], settings)
-    at_low, at_middle, at_high = (_score(result, overloaded) for result in results)
-    marks: dict[str, Any] = {"lean_load": settings.headroom, "other_runs": curve.other_runs + 3}
+    # the heavier pair ran the middle on the same traffic where it ran at this load and chose this ratio
+    known = curve.headroom_chosen if curve.headroom_gain is not None and curve.headroom == settings.headroom else None
+    heavier_picture = heavier(picture, settings.headroom)
+    if known is not None and known[0] == middle:
+        results = run_many(server, heavier_picture, halfway, settings)
+        at_low, at_high = (_score(result, overloaded) for result in results)
+        at_middle, runs = known[1], 2
+    else:
+        results = run_many(server, heavier_picture, [halfway[0], middle, halfway[1]], settings)
+        at_low, at_middle, at_high = (_score(result, overloaded) for result in results)
+        runs = 3
+    marks: dict[str, Any] = {"lean_load": settings.headroom, "other_runs": curve.other_runs + runs}
     best_side, best_score = max(zip(halfway, (at_low, at_high), strict=True), key=lambda pair: pair[1])
     if not at_middle > 0 or not best_score > at_middle * (1.0 + 2.0 * curve.plateau_tolerance):
         return replace(curve, **marks)
@@ -1052,6 +1064,7 @@ def _window_curve(
 
     headroom_gain = None
     capacity_runs = 0
+    chosen_heavier: dict[float, float] = {}  # the chosen ratio's score on each heavier load the pair ran
     load = min(settings.headroom_max, recent_load(picture, settings.trend_seconds)) if heavier_pair else 1.0
     load = max(load, queue.load or 1.0)
     headroom = max(settings.headroom, load)
@@ -1062,7 +1075,8 @@ def _window_curve(
         def pair_gain(heavier_by: float) -> float | None:
             """The chosen ratio's score over the live one's on the window `heavier_by` times heavier (two runs)."""
             at_live, at_chosen = run_many(server, heavier(picture, heavier_by), [live_ratio, chosen], settings)
-            return _gain(_score(at_chosen, overloaded), _score(at_live, overloaded))
+            chosen_heavier[heavier_by] = _score(at_chosen, overloaded)
+            return _gain(chosen_heavier[heavier_by], _score(at_live, overloaded))
 
         if max(g or 0.0 for g in (plain, robust_plain)) < settings.headroom_below_gain:
             headroom_gain = pair_gain(headroom)
@@ -1103,6 +1117,8 @@ def _window_curve(
         live_running_matches=calibration.running_matches(settings) if calibration else None,
         calibration_rounds=calibration.rounds if calibration else 0,
         headroom_gain=headroom_gain, headroom=headroom if headroom_gain is not None else 1.0,
+        headroom_chosen=((chosen, chosen_heavier[headroom])
+                         if headroom_gain is not None and headroom in chosen_heavier else None),
         plateau_tolerance=tolerance_of(best),
         queue_shown=queue.shown, queue_replayed=queue.replayed, queue_load=queue.load,
         admission_rate_shown=work.shown if work else None, admission_rate_replayed=work.replayed if work else None,

@@ -306,6 +306,17 @@ def test_a_wide_plateau_leans_toward_the_side_heavier_traffic_keeps():
     assert curve.hold_lower < curve.chosen_ratio < curve.hold_upper <= curve.width_upper
     assert curve.runs == len(runs)
     assert ReplayCurve.from_dict(curve.to_dict()) == curve  # the checkpoint keeps the lean
+    # a live ratio off the middle: the heavier pair ran the middle on the same heavier window, and the lean reuses
+    # that run (two runs of its own)
+    run_many, runs = _cliff_under_load(200.0, 2.5, high=6.0, under_cliff=800.0)
+    paired = replay_curve(server, picture, prior_ratio=2.0, live_ratio=0.9, run_many=run_many)
+    assert paired is not None and paired.headroom_gain is not None and paired.lean_from is not None
+    assert paired.headroom_chosen == pytest.approx((paired.lean_from, 800.0))
+    at_lean_load = sorted(r for window, r in runs if window == pytest.approx(200.0 / settings.headroom))
+    assert at_lean_load == pytest.approx(sorted([0.9, paired.lean_from, math.sqrt(paired.width_lower * paired.lean_from),
+                                                 math.sqrt(paired.lean_from * paired.width_upper)]))
+    assert paired.lean_gain == pytest.approx(1000.0 / 800.0) and paired.runs == len(runs)
+    assert ReplayCurve.from_dict(paired.to_dict()) == paired
     # the heavier window does not tell them apart: the middle stands (the runs are still counted)
     run_many, runs = _cliff_under_load(200.0, 0.5, high=6.0, under_cliff=800.0)
     even = replay_curve(server, picture, prior_ratio=2.0, live_ratio=None, run_many=run_many)
