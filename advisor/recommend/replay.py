@@ -766,18 +766,15 @@ def _leaned(server: SchedulerServerConfig, picture: TrafficPicture, curve: Repla
     middle = curve.chosen_ratio
     halfway = (math.sqrt(curve.width_lower * middle), math.sqrt(middle * curve.width_upper))
     overloaded = curve.metric == "raw_goodput"
-    # the heavier pair ran the middle on the same traffic where it ran at this load and chose this ratio
-    known = curve.headroom_chosen if curve.headroom_gain is not None and curve.headroom == settings.headroom else None
-    heavier_picture = heavier(picture, settings.headroom)
-    if known is not None and known[0] == middle:
-        results = run_many(server, heavier_picture, halfway, settings)
-        at_low, at_high = (_score(result, overloaded) for result in results)
-        at_middle, runs = known[1], 2
-    else:
-        results = run_many(server, heavier_picture, [halfway[0], middle, halfway[1]], settings)
-        at_low, at_middle, at_high = (_score(result, overloaded) for result in results)
-        runs = 3
-    marks: dict[str, Any] = {"lean_load": settings.headroom, "other_runs": curve.other_runs + runs}
+    # the middle's score there where the heavier pair ran it on the same window at this load
+    known = curve.headroom_chosen if curve.headroom == settings.headroom else None
+    reused = known[1] if known is not None and known[0] == middle else None
+    ratios = [halfway[0], halfway[1]] if reused is not None else [halfway[0], middle, halfway[1]]
+    scores = [_score(result, overloaded)
+              for result in run_many(server, heavier(picture, settings.headroom), ratios, settings)]
+    at_low, at_high = scores[0], scores[-1]
+    at_middle = reused if reused is not None else scores[1]
+    marks: dict[str, Any] = {"lean_load": settings.headroom, "other_runs": curve.other_runs + len(ratios)}
     best_side, best_score = max(zip(halfway, (at_low, at_high), strict=True), key=lambda pair: pair[1])
     if not at_middle > 0 or not best_score > at_middle * (1.0 + 2.0 * curve.plateau_tolerance):
         return replace(curve, **marks)
@@ -844,7 +841,7 @@ def _read_both(own: ReplayCurve, whole: ReplayCurve, *, live_ratio: float | None
     scores = {p.ratio: own_best * min(p.goodput / own_best, whole_at(p.ratio) / whole_best) for p in own.points}
     return _reread(own, [replace(p, goodput=scores[p.ratio]) for p in own.points],
                    tolerance=max(own.plateau_tolerance, whole.plateau_tolerance), live_ratio=live_ratio,
-                   settings=settings, headroom_gain=None, headroom=1.0,
+                   settings=settings, headroom_gain=None, headroom=1.0, headroom_chosen=None,
                    other_runs=own.other_runs + (2 if own.headroom_gain is not None else 0))
 
 
@@ -1117,8 +1114,7 @@ def _window_curve(
         live_running_matches=calibration.running_matches(settings) if calibration else None,
         calibration_rounds=calibration.rounds if calibration else 0,
         headroom_gain=headroom_gain, headroom=headroom if headroom_gain is not None else 1.0,
-        headroom_chosen=((chosen, chosen_heavier[headroom])
-                         if headroom_gain is not None and headroom in chosen_heavier else None),
+        headroom_chosen=(chosen, chosen_heavier[headroom]) if headroom_gain is not None else None,
         plateau_tolerance=tolerance_of(best),
         queue_shown=queue.shown, queue_replayed=queue.replayed, queue_load=queue.load,
         admission_rate_shown=work.shown if work else None, admission_rate_replayed=work.replayed if work else None,
