@@ -234,7 +234,8 @@ class ReplayCurve:
     # live ratio, one within min_move of the chosen, or a gain on the observed traffic already worth a restart).
     headroom_gain: float | None = None
     headroom: float = 1.0
-    # ... and that run of the chosen ratio (the ratio, its score), which the plateau's lean reuses for its middle.
+    # ... and the chosen ratio's run on the traffic ReplaySettings.headroom times heavier, the lean's load (the ratio,
+    # its score; None where the pair did not run that load), which the plateau's lean reuses for its middle.
     headroom_chosen: tuple[float, float] | None = None
     # After a regime shift inside the window: how long ago (seconds before the window's end) the new regime began,
     # the whole window's own plateau, and the runs no other field counts (the window's curve and heavier pair, the
@@ -767,7 +768,7 @@ def _leaned(server: SchedulerServerConfig, picture: TrafficPicture, curve: Repla
     halfway = (math.sqrt(curve.width_lower * middle), math.sqrt(middle * curve.width_upper))
     overloaded = curve.metric == "raw_goodput"
     # the middle's score there where the heavier pair ran it on the same window at this load
-    known = curve.headroom_chosen if curve.headroom == settings.headroom else None
+    known = curve.headroom_chosen
     reused = known[1] if known is not None and known[0] == middle else None
     ratios = [halfway[0], halfway[1]] if reused is not None else [halfway[0], middle, halfway[1]]
     scores = [_score(result, overloaded)
@@ -1114,7 +1115,8 @@ def _window_curve(
         live_running_matches=calibration.running_matches(settings) if calibration else None,
         calibration_rounds=calibration.rounds if calibration else 0,
         headroom_gain=headroom_gain, headroom=headroom if headroom_gain is not None else 1.0,
-        headroom_chosen=(chosen, chosen_heavier[headroom]) if headroom_gain is not None else None,
+        headroom_chosen=((chosen, chosen_heavier[settings.headroom]) if settings.headroom in chosen_heavier
+                         else None),
         plateau_tolerance=tolerance_of(best),
         queue_shown=queue.shown, queue_replayed=queue.replayed, queue_load=queue.load,
         admission_rate_shown=work.shown if work else None, admission_rate_replayed=work.replayed if work else None,
