@@ -50,6 +50,8 @@ TAIL_POOL_MIN = 30
 # those within this share of its prompt (or as near as the nearest).
 TAIL_NEAR_PROMPTS = 8
 TAIL_NEAR_SHARE = 0.2
+# A finished request gives the window's output rate (`_output_rate`) when it made at least this many tokens.
+TAIL_RATE_MIN_OUTPUT = 16
 # A prompt bucket's outputs are rescaled by its mean residence only when this many of its requests finished.
 MIN_BUCKET_FINISHES = 5
 # How strongly an output may follow its prompt: the calibration tries weights from -PAIRING_STRENGTH to
@@ -815,6 +817,30 @@ def _finish_of(record: ExactRequest) -> float:
     return record.arrival if record.finish is None else record.finish
 
 
+def _output_rate(records: Sequence[ExactRequest]) -> float | None:
+    """The median output tokens a finished request made per second of its stay (arrival to finish, its wait
+    included): what a held request has generated at least, per second since its admission."""
+    rates = [r.output_tokens / (r.finish - r.arrival) for r in records
+             if r.finish is not None and r.finish > r.arrival and r.output_tokens >= TAIL_RATE_MIN_OUTPUT]
+    return float(np.median(rates)) if rates else None
+
+
+def _running_like(pool: Sequence[ExactRequest], near: Sequence[int], so_far: float | None,
+                  rng: np.random.Generator) -> ExactRequest:
+    """The known request whose output and cap a held running request takes: one of the near prompts (indices
+    into `pool`) that runs longer than the `so_far` tokens it has made, else one of the pool's, else the longest
+    near one run on by the pool's median; undated (`so_far` None), a near one drawn in proportion to its output."""
+    if so_far is None:
+        weights = np.asarray([pool[k].output_tokens for k in near], dtype=float)
+        return pool[near[int(rng.choice(len(near), p=weights / weights.sum()))]]
+    for candidates in (near, range(len(pool))):
+        longer = [k for k in candidates if pool[k].output_tokens > so_far]
+        if longer:
+            return pool[longer[int(rng.integers(0, len(longer)))]]
+    longest = max((pool[k] for k in near), key=lambda r: r.output_tokens)
+    return replace(longest, output_tokens=int(so_far) + int(np.median([r.output_tokens for r in pool])))
+
+
 def _live_batch(seq_tokens: float | None, running: float | None) -> dict[str, float]:
     if (seq_tokens is None or running is None or not math.isfinite(seq_tokens) or not math.isfinite(running)
             or running <= 0 or seq_tokens < running):
@@ -1179,45 +1205,76 @@ class TrafficEstimator:
         count = int(round(max(0.0, held)))
         if count == 0:
             return finished
-        known = sorted([*records, *finished], key=lambda r: r.arrival)
         rng = np.random.default_rng(seed)
         step = (last - upper) / count
         return [*finished, *(replace(request, arrival=upper + step * (k + 0.5))
-                             for k, request in enumerate(self._held_requests(known, count, rng)))]
+                             for k, request in enumerate(self._held_requests(records, count, rng)))]
 
     def _held_requests(self, known: Sequence[ExactRequest], count: int,
                        rng: np.random.Generator) -> list[ExactRequest]:
-        """`count` requests standing for what the server holds unfinished, by arrival. Those it runs (all held but
-        the scrape's queued) were the newest the prefill lines admitted: their prompts and matched prefixes are
-        drawn from those, each with the output and cap of a latest known request of a near prompt (the pairing
-        the traffic showed), drawn in proportion to its output: a request still running is one of the long
-        ones, as a request the log has already finished is one of the short ones (in a research-agent
-        timeline's last minutes under a queue, copies of the nearest prompt's output averaged 670 tokens, these
-        draws 760, the requests themselves 990). Those still queued came after them and no line shows their
-        lengths: copies of the latest known requests by arrival, without a matched prefix. Without prefill
-        lines, all are copies."""
+        """`count` requests standing for what the server holds unfinished, by arrival, copied from `known`: the
+        latest requests before the picture's cut, all of them finished (those that finished past the cut are the
+        quick ones by selection, and copied they made the held ones short).
+
+        Those it runs (all held but the scrape's queued) are the newest the prefill lines admitted that no finished
+        request accounts for (`_unfinished_admitted`): their prompts and matched prefixes, each with the output and
+        cap of a known request of a near prompt that runs longer than the held one has run (its age since admission
+        at the window's output rate: a request still running after minutes is a long one); where the lines do not
+        date them, drawn in proportion to the outputs instead (a request still running is one of the long ones, as
+        one the log has already finished is one of the short ones). At the last replay of two held-out watches, the
+        held requests ran to 758 output tokens on average (bimodal chat and documents, one GPU) and 9,250
+        (reasoning waves, TP2); copies of the latest known and proportional draws from the newest admitted made
+        them 436 and 3,470, these 676 and 8,200.
+        Those still queued came after them and no line shows their lengths: copies of the latest known requests,
+        without a matched prefix. Without prefill lines, all are copies."""
         pool = list(known[-max(count, TAIL_POOL_MIN):])
         queued = count if self.last_queued is None else min(count, int(round(max(0.0, self.last_queued))))
-        admitted = self._newest_admitted(count - queued, rng) if count > queued else []
-        running = count - queued if admitted else 0
+        wanted = count - queued
+        held: list[tuple[AdmittedPrompt, float | None]] = self._unfinished_admitted(wanted, rng) if wanted else []
+        if len(held) < wanted:
+            newest = self._newest_admitted(wanted - len(held), rng)
+            held += [(newest[int(i)], None) for i in rng.integers(0, len(newest), wanted - len(held))] if newest else []
+        running = len(held)
         order = sorted(range(len(pool)), key=lambda k: pool[k].input_tokens)
         lengths = [pool[k].input_tokens for k in order]
+        rate = _output_rate(known)
         out = []
-        for i in rng.integers(0, len(admitted), running) if running else ():
-            tokens, cached = admitted[int(i)].tokens, admitted[int(i)].cached
-            at = bisect.bisect_left(lengths, tokens)
+        for prompt, age in held:
+            at = bisect.bisect_left(lengths, prompt.tokens)
             near = sorted(range(max(0, at - TAIL_NEAR_PROMPTS), min(len(lengths), at + TAIL_NEAR_PROMPTS)),
-                          key=lambda j: abs(lengths[j] - tokens))[:TAIL_NEAR_PROMPTS]
-            reach = max(abs(lengths[near[0]] - tokens), TAIL_NEAR_SHARE * tokens)
-            near = [j for j in near if abs(lengths[j] - tokens) <= reach]
-            weights = np.asarray([pool[order[j]].output_tokens for j in near], dtype=float)
-            like = pool[order[near[int(rng.choice(len(near), p=weights / weights.sum()))]]]
-            out.append(ExactRequest(arrival=0.0, input_tokens=tokens, output_tokens=like.output_tokens,
+                          key=lambda j: abs(lengths[j] - prompt.tokens))[:TAIL_NEAR_PROMPTS]
+            reach = max(abs(lengths[near[0]] - prompt.tokens), TAIL_NEAR_SHARE * prompt.tokens)
+            near_pool = [order[j] for j in near if abs(lengths[j] - prompt.tokens) <= reach]
+            like = _running_like(pool, near_pool, None if age is None or rate is None else age * rate, rng)
+            out.append(ExactRequest(arrival=0.0, input_tokens=prompt.tokens, output_tokens=like.output_tokens,
                                     max_new_tokens=like.max_new_tokens, finish=math.inf,
-                                    cached_tokens=min(cached, tokens - 1)))
+                                    cached_tokens=min(prompt.cached, prompt.tokens - 1)))
         out += [replace(pool[int(i)], cached_tokens=0, finish=math.inf)
                 for i in rng.integers(0, len(pool), count - running)]
         return out
+
+    def _unfinished_admitted(self, count: int, rng: np.random.Generator) -> list[tuple[AdmittedPrompt, float | None]]:
+        """The newest `count` prompts the window's prefill lines admitted that no finished request of the log
+        accounts for, by admission, each with its age at the last scrape (from its line's interval); fewer where
+        the lines show fewer. The finished requests account for the earliest admitted prompts of their length
+        (first come, first done: of a hundred requests of one length, the last admitted are the ones still
+        running)."""
+        bins = [b for b in self.bins if b.end > b.start]
+        prompts = self._admitted_prompts(bins, rng) if bins else []
+        if not prompts:
+            return []
+        accounted = Counter(r.input_tokens for r in self.exact if r.finish is not None)
+        unaccounted = []
+        for prompt in prompts:
+            if accounted[prompt.tokens] > 0:
+                accounted[prompt.tokens] -= 1
+            else:
+                unaccounted.append(prompt)
+        batch_bin = np.repeat(np.arange(len(bins)), [len(b.admissions) for b in bins])
+        middles = [(b.start + b.end) / 2 for b in bins]
+        now = bins[-1].end  # the scrapes' clock, as the lines' intervals (the log's may be another)
+        return [(prompt, max(0.0, now - middles[int(batch_bin[prompt.batch])]))
+                for prompt in unaccounted[len(unaccounted) - min(count, len(unaccounted)):]]
 
     def _newest_admitted(self, count: int, rng: np.random.Generator) -> list[AdmittedPrompt]:
         """The prompts of the last `count` requests the prefill lines admitted, at least TAIL_POOL_MIN of them

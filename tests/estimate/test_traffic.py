@@ -449,6 +449,48 @@ def test_the_held_requests_run_long_and_continue_what_the_prefill_lines_matched(
     assert continued and all(r.extends_prefix and r.prefix_tokens == sequence for r in continued)
 
 
+def test_the_held_requests_are_copied_from_requests_known_whole_not_from_the_quick_ones_past_the_cut():
+    """What finished past the cut finished quickly, by selection: the held requests take their outputs from the
+    requests before the cut, known whole (half of them 100 tokens, half 900), not from the 20-token answers that
+    finished past it."""
+    traffic = TrafficEstimator(TrafficSettings(window_seconds=1800))
+    records = [ExactRequest(arrival=float(t), input_tokens=1000, output_tokens=100 if t % 2 else 900,
+                            max_new_tokens=2048, finish=t + 120.0) for t in range(0, 1500)]
+    quick = [ExactRequest(arrival=1500.0 + t, input_tokens=1000, output_tokens=20, max_new_tokens=2048,
+                          finish=1501.0 + t) for t in range(0, 100)]
+    traffic.observe_requests(records + quick)
+    traffic.observe_interval(1590.0, 15.0, finished=0, in_system=60, queued=None)
+    traffic.observe_admissions([[1, 1000, 0]] * 40, chunk_tokens=None)
+    traffic.observe_interval(1620.0, 30.0, finished=15, in_system=60, queued=20)
+    picture = traffic.picture()
+    assert picture is not None and picture.source == "request_log"
+    past = [r for r in picture.requests if r.time > 1499.0 - 120.0]  # past the cut (arrivals from the first finish)
+    assert sum(r.output_tokens == 20 for r in past) == 100  # the quick ones, as they were
+    held = [r for r in past if r.output_tokens != 20]
+    assert len(held) == 60 and all(r.output_tokens in (100, 900) for r in held)
+    assert np.mean([r.output_tokens for r in held]) > 500  # the 40 running drawn in proportion: the long of the two
+
+
+def test_a_held_request_the_prefill_lines_date_runs_longer_than_it_has_run():
+    """The prefill lines show which prompts no finished request accounts for and when they were admitted: such a
+    request, still running 37.5 s later at the window's 10 tokens a second of stay, makes more than 375 tokens, so
+    it takes the output of a known request that ran longer (400, 1600 or 3200 tokens, never 100)."""
+    traffic = TrafficEstimator(TrafficSettings(window_seconds=1800))
+    outputs = (100, 400, 1600, 3200)
+    records = [ExactRequest(arrival=float(t), input_tokens=1000 + t % 7, output_tokens=outputs[t % 4],
+                            max_new_tokens=4096, finish=t + outputs[t % 4] / 10.0) for t in range(0, 1500)]
+    traffic.observe_requests(records)
+    traffic.observe_interval(1590.0, 15.0, finished=0, in_system=10, queued=None)
+    # ten prompts no finished request has: still running; and forty the log has finished
+    traffic.observe_admissions([[1, 5001 + k, 0] for k in range(10)] + [[1, 1000, 0]] * 40, chunk_tokens=None)
+    traffic.observe_interval(1620.0, 30.0, finished=40, in_system=10, queued=0)
+    picture = traffic.picture()
+    assert picture is not None and picture.source == "request_log"
+    held = [r for r in picture.requests if r.input_tokens > 5000]
+    assert sorted(r.input_tokens for r in held) == [5001 + k for k in range(10)]  # the unfinished ones, each once
+    assert all(r.output_tokens in (400, 1600, 3200) for r in held)
+
+
 def test_admitted_prompts_follow_chunks_and_shared_batches():
     # a long prompt cut at an 8192 chunk (page 64: a cut lands within a page of it) twice; its last piece shares a
     # full batch with two new requests, the second of which is cut and finishes alone; then a short one
