@@ -1217,7 +1217,7 @@ class TrafficEstimator:
         quick ones by selection, and copied they made the held ones short).
 
         Those it runs (all held but the scrape's queued) are the newest the prefill lines admitted that no finished
-        request accounts for (`_unfinished_admitted`): their prompts and matched prefixes, each with the output and
+        request accounts for (`_running_prompts`): their prompts and matched prefixes, each with the output and
         cap of a known request of a near prompt that runs longer than the held one has run (its age since admission
         at the window's output rate: a request still running after minutes is a long one); where the lines do not
         date them, drawn in proportion to the outputs instead (a request still running is one of the long ones, as
@@ -1229,11 +1229,7 @@ class TrafficEstimator:
         without a matched prefix. Without prefill lines, all are copies."""
         pool = list(known[-max(count, TAIL_POOL_MIN):])
         queued = count if self.last_queued is None else min(count, int(round(max(0.0, self.last_queued))))
-        wanted = count - queued
-        held: list[tuple[AdmittedPrompt, float | None]] = self._unfinished_admitted(wanted, rng) if wanted else []
-        if len(held) < wanted:
-            newest = self._newest_admitted(wanted - len(held), rng)
-            held += [(newest[int(i)], None) for i in rng.integers(0, len(newest), wanted - len(held))] if newest else []
+        held = self._running_prompts(count - queued, rng) if count > queued else []
         running = len(held)
         order = sorted(range(len(pool)), key=lambda k: pool[k].input_tokens)
         lengths = [pool[k].input_tokens for k in order]
@@ -1253,12 +1249,13 @@ class TrafficEstimator:
                 for i in rng.integers(0, len(pool), count - running)]
         return out
 
-    def _unfinished_admitted(self, count: int, rng: np.random.Generator) -> list[tuple[AdmittedPrompt, float | None]]:
-        """The newest `count` prompts the window's prefill lines admitted that no finished request of the log
-        accounts for, by admission, each with its age at the last scrape (from its line's interval); fewer where
-        the lines show fewer. The finished requests account for the earliest admitted prompts of their length
-        (first come, first done: of a hundred requests of one length, the last admitted are the ones still
-        running)."""
+    def _running_prompts(self, count: int, rng: np.random.Generator) -> list[tuple[AdmittedPrompt, float | None]]:
+        """`count` prompts for the held requests the server runs, by admission, read once from the window's prefill
+        lines: the newest admitted that no finished request of the log accounts for, each with its age at the last
+        scrape (from its line's interval); where the lines show fewer, the rest drawn from the newest admitted (at
+        least TAIL_POOL_MIN of them), undated. The finished requests account for the earliest admitted prompts of
+        their length (first come, first done: of a hundred requests of one length, the last admitted are the ones
+        still running). None without prefill lines."""
         bins = [b for b in self.bins if b.end > b.start]
         prompts = self._admitted_prompts(bins, rng) if bins else []
         if not prompts:
@@ -1273,21 +1270,11 @@ class TrafficEstimator:
         batch_bin = np.repeat(np.arange(len(bins)), [len(b.admissions) for b in bins])
         middles = [(b.start + b.end) / 2 for b in bins]
         now = bins[-1].end  # the scrapes' clock, as the lines' intervals (the log's may be another)
-        return [(prompt, max(0.0, now - middles[int(batch_bin[prompt.batch])]))
-                for prompt in unaccounted[len(unaccounted) - min(count, len(unaccounted)):]]
-
-    def _newest_admitted(self, count: int, rng: np.random.Generator) -> list[AdmittedPrompt]:
-        """The prompts of the last `count` requests the prefill lines admitted, at least TAIL_POOL_MIN of them
-        where the bins hold as many: read from the fewest newest bins that do (`_admitted_prompts`)."""
-        wanted = max(count, TAIL_POOL_MIN)
-        recent: list[TrafficBin] = []
-        seen = 0
-        for traffic_bin in reversed(self.bins):
-            if seen >= wanted:
-                break
-            recent.append(traffic_bin)
-            seen += sum(batch[0] for batch in traffic_bin.admissions)
-        return self._admitted_prompts(recent[::-1], rng)[-wanted:]
+        held: list[tuple[AdmittedPrompt, float | None]] = [
+            (prompt, max(0.0, now - middles[int(batch_bin[prompt.batch])]))
+            for prompt in unaccounted[len(unaccounted) - min(count, len(unaccounted)):]]
+        newest = prompts[-max(count, TAIL_POOL_MIN):]
+        return held + [(newest[int(i)], None) for i in rng.integers(0, len(newest), count - len(held))]
 
     def _exact_covers_history(self, span: float) -> bool:
         """Exact records cover all that was observed (a young daemon): the bins hold no more than they do."""
