@@ -49,7 +49,7 @@ from advisor.estimate.traffic import (
     paired_to_live_context,
     picture_since,
     queue_share_over,
-    redrawn,
+    tiled,
 )
 from advisor.scheduler.engine import DEFAULT_QUEUE_TIME_BOUND, SimResult, simulate
 from advisor.scheduler.server import SchedulerServerConfig
@@ -353,10 +353,6 @@ def _gain(chosen: float | None, live: float | None) -> float | None:
     if chosen is None or live is None or live <= 0:
         return None
     return chosen / live
-
-
-# The seed a new regime's picture is drawn again under (`redrawn`): one draw, the same for the same picture.
-REGIME_DRAW_SEED = 0
 
 
 # The raw goodput's share of a candidate's score; the rest is SLO goodput.
@@ -740,14 +736,13 @@ def replay_curve(
                                    settings=settings, run_many=run_many)
         remembered = remembered_curve(followed, previous, live_ratio=live_ratio, settings=settings)
         return _leaned(server, calibrated, remembered, live_ratio=live_ratio, settings=settings, run_many=run_many)
-    # The new regime's picture, drawn again to the window's length: what the window would have been had the new
-    # traffic filled it (a queue or a KV pool that fills over many minutes shows in a replay that long, not in one of
-    # the regime's first minutes from empty; repeated as it came, a few minutes' luck repeats too: `redrawn`). The
-    # server's running batch over the window says nothing of its part, so it is not paired again (the window's
-    # pairing stands).
+    # The new regime's picture, repeated to the window's length: what the window would have been had the new traffic
+    # filled it (a queue or a KV pool that fills over many minutes shows in a replay that long, not in one of the
+    # regime's first minutes from empty). The server's running batch over the window says nothing of its part, so
+    # it is not paired again (the window's pairing stands).
     since = picture_since(calibrated, start)
     since = heavier(since, regime_load(since, settings.regime_load_sigmas))
-    recent = replace(redrawn(since, calibrated.window_seconds, np.random.default_rng(REGIME_DRAW_SEED)),
+    recent = replace(tiled(since, calibrated.window_seconds),
                      live_context=None, live_running=None, live_queue_times=None, live_queue_series=None)
     scale = _mean_size(calibrated.requests) / _mean_size(recent.requests)  # r* goes as 1 / L
     own, _, _ = _window_curve(server, recent, prior_ratio=prior_ratio * scale, live_ratio=live_ratio,
