@@ -315,6 +315,50 @@ def tiled(picture: TrafficPicture, seconds: float) -> TrafficPicture:
     return replace(picture, requests=requests, window_seconds=seconds, fixed_outputs=tuple(fixed))
 
 
+def redrawn(picture: TrafficPicture, seconds: float, rng: np.random.Generator) -> TrafficPicture:
+    """The picture's traffic drawn again until it spans `seconds`: its arrivals (a conversation, all the turns of a
+    prefix group at their own offsets, is one) drawn with replacement, the gaps between them drawn from its own
+    gaps. A short stretch repeated (`tiled`) repeats its luck, the few close arrivals it happened to hold or lack;
+    drawn again, the same rate and mix meet in the coincidences a longer stretch of them holds. Each drawn
+    conversation is its own, so none reuses another's cached prefixes."""
+    span = picture.window_seconds
+    if not span > 0 or seconds <= span or len(picture.requests) < 2:
+        return tiled(picture, seconds)
+    units: dict[str | int, list[int]] = {}
+    for index, request in enumerate(picture.requests):
+        units.setdefault(request.prefix_group if request.prefix_group is not None else index, []).append(index)
+    members = sorted(units.values(), key=lambda unit: picture.requests[unit[0]].time)
+    starts = np.asarray([picture.requests[unit[0]].time for unit in members])
+    gaps = np.diff(starts)
+    if len(gaps) == 0 or not gaps.sum() > 0:
+        return tiled(picture, seconds)
+    # the gaps cover the span but its edges: drawn so, the rate over `seconds` is the picture's
+    gaps = gaps * (span / len(members)) / gaps.mean()
+    fixed_outputs = set(picture.fixed_outputs)
+    requests: list[RequestSpec] = []
+    fixed: list[int] = []
+    start = float(rng.choice(gaps)) * float(rng.random())
+    drawn = 0
+    while start < seconds:
+        unit = members[int(rng.integers(0, len(members)))]
+        first = picture.requests[unit[0]].time
+        for index in unit:
+            request = picture.requests[index]
+            at = start + request.time - first
+            if at >= seconds:
+                continue
+            if index in fixed_outputs:
+                fixed.append(len(requests))
+            group = None if request.prefix_group is None else f"{request.prefix_group}#{drawn}"
+            requests.append(replace(request, time=at, prefix_group=group))
+        drawn += 1
+        start += float(rng.choice(gaps))
+    order = sorted(range(len(requests)), key=lambda k: requests[k].time)
+    position = {old: new for new, old in enumerate(order)}
+    return replace(picture, requests=[requests[k] for k in order], window_seconds=seconds,
+                   fixed_outputs=tuple(sorted(position[k] for k in fixed)))
+
+
 def _bucket_means(lowers: np.ndarray, uppers: np.ndarray, exponent: float) -> np.ndarray:
     """The mean of each bucket [lower, upper] under a density proportional to x**exponent inside it."""
     ratio = lowers / uppers

@@ -20,6 +20,7 @@ from advisor.estimate.traffic import (
     pairing_axis,
     picture_since,
     queue_share_over,
+    redrawn,
     tiled,
 )
 from advisor.scheduler.types import RequestSpec
@@ -1000,6 +1001,51 @@ def test_a_tiled_picture_repeats_its_traffic_to_the_length_asked_with_conversati
     assert long.requests[9].prefix_group == "s1#2"
     assert long.fixed_outputs == (1, 2, 5, 6, 9)
     assert tiled(picture, 200.0) is picture  # already that long
+
+
+def test_a_redrawn_picture_keeps_its_conversations_whole_and_its_own_apart():
+    picture = _picture_with_a_conversation()
+    long = redrawn(picture, 3000.0, np.random.default_rng(1))
+    assert long.window_seconds == 3000.0 and long.backlog == picture.backlog
+    times = [r.time for r in long.requests]
+    assert times == sorted(times) and 0.0 <= times[0] and times[-1] < 3000.0
+    groups: dict[str, list] = {}
+    for index, request in enumerate(long.requests):
+        if request.prefix_group is not None:
+            groups.setdefault(request.prefix_group, []).append((index, request))
+    assert len(groups) >= 2 and len(set(groups)) == len(groups)  # each drawn conversation its own
+    for turns in groups.values():
+        # the turns at their own offsets, lengths and cached prefixes, their outputs still fixed
+        assert [r.time - turns[0][1].time for _, r in turns] == pytest.approx([0.0, 150.0][:len(turns)])
+        assert [(r.input_tokens, r.prefix_tokens, r.extends_prefix) for _, r in turns] == \
+            [(800, 500, True), (900, 800, True)][:len(turns)]
+        assert all(index in long.fixed_outputs for index, _ in turns)
+    assert len(long.fixed_outputs) == sum(len(turns) for turns in groups.values())
+    # three arrivals (the conversation one) per 300 s: the drawn stretch comes as often
+    arrivals = len(long.requests) - sum(len(turns) - 1 for turns in groups.values())
+    assert 20 <= arrivals <= 40
+    assert redrawn(picture, 200.0, np.random.default_rng(1)) is picture  # already that long
+
+
+def test_a_redrawn_stretch_meets_the_coincidences_its_own_luck_lacked():
+    """Five documents, each after a chat request that came 5 s before it and 55 s after the last: repeated, no two
+    documents ever come closer than a minute; drawn again, at the same rate and mix, some come seconds apart, as a
+    longer stretch of that traffic would bring them."""
+    requests = []
+    for k in range(5):
+        requests += [RequestSpec(60.0 * k, 800, 100, 4096), RequestSpec(60.0 * k + 5.0, 30000, 500, 4096)]
+    picture = TrafficPicture(requests, 300.0, "request_log")
+
+    def closest_documents(p: TrafficPicture) -> float:
+        times = np.asarray([r.time for r in p.requests if r.input_tokens > 10000])
+        return float(np.diff(times).min())
+
+    assert closest_documents(tiled(picture, 1800.0)) == pytest.approx(60.0)
+    long = redrawn(picture, 1800.0, np.random.default_rng(0))
+    assert closest_documents(long) <= 10.0
+    documents = sum(r.input_tokens > 10000 for r in long.requests)
+    assert 0.3 * len(long.requests) <= documents <= 0.7 * len(long.requests)
+    assert 45 <= len(long.requests) <= 75  # 2 per 60 s over 1800 s
 
 
 def test_what_still_waits_at_the_windows_end_draws_the_windows_lengths_not_its_last_intervals():
