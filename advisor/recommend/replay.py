@@ -362,7 +362,9 @@ def _gain(chosen: float | None, live: float | None) -> float | None:
 # 1% where the regime's 20 minutes lose 13%, and the advice reached the regime's good ratios 10.75 minutes after
 # the shift. Drawn again at every age, it was on them 4.5 minutes after, but a draw 15.7 minutes in read a plateau
 # up to 0.59 and left them for a cycle (17.0 minutes in all). Ten minutes is the shortest window the daemon replays
-# at all (`replay_min_window_seconds`).
+# at all (`replay_min_window_seconds`). Only a request-log picture holds the arrivals as they came, their luck with
+# them; a metrics-only one is a fresh draw of its intervals each replay already, and drawn again on top, the held-out
+# KDA regime shift (seed 2) changed decision twice after the shift where it had not at all.
 REGIME_REDRAW_SECONDS = 600.0
 REGIME_DRAW_SEED = 0
 
@@ -750,13 +752,14 @@ def replay_curve(
         return _leaned(server, calibrated, remembered, live_ratio=live_ratio, settings=settings, run_many=run_many)
     # The new regime's picture, repeated to the window's length: what the window would have been had the new traffic
     # filled it (a queue or a KV pool that fills over many minutes shows in a replay that long, not in one of the
-    # regime's first minutes from empty). Younger than REGIME_REDRAW_SECONDS, it is drawn again instead: repeated, a
-    # few minutes' luck repeats too (`redrawn`). The server's running batch over the window says nothing of its
-    # part, so it is not paired again (the window's pairing stands).
+    # regime's first minutes from empty). From a request log and younger than REGIME_REDRAW_SECONDS, it is drawn
+    # again instead: repeated, a few minutes' luck repeats too (`redrawn`). The server's running batch over the
+    # window says nothing of its part, so it is not paired again (the window's pairing stands).
     since = picture_since(calibrated, start)
     since = heavier(since, regime_load(since, settings.regime_load_sigmas))
     filled = (redrawn(since, calibrated.window_seconds, np.random.default_rng(REGIME_DRAW_SEED))
-              if calibrated.window_seconds - start < REGIME_REDRAW_SECONDS else tiled(since, calibrated.window_seconds))
+              if calibrated.source == "request_log" and calibrated.window_seconds - start < REGIME_REDRAW_SECONDS
+              else tiled(since, calibrated.window_seconds))
     recent = replace(filled,
                      live_context=None, live_running=None, live_queue_times=None, live_queue_series=None)
     scale = _mean_size(calibrated.requests) / _mean_size(recent.requests)  # r* goes as 1 / L

@@ -724,12 +724,12 @@ def test_after_a_regime_shift_the_advice_is_read_where_the_new_regime_and_the_wi
 
 
 def test_a_young_regime_is_drawn_again_to_the_window_and_an_older_one_repeated():
-    """Documents alternating 28K and 32K prompts, one a second: 300 s of them (younger than REGIME_REDRAW_SECONDS)
-    are drawn again to fill the window, their order no longer the sample's own; 700 s of them are repeated as
-    they came."""
+    """Documents alternating 28K and 32K prompts, one a second: 300 s of them from a request log (younger than
+    REGIME_REDRAW_SECONDS) are drawn again to fill the window, their order no longer the sample's own; 700 s of
+    them are repeated as they came, and so are 300 s of a metrics-only picture (already a draw of its intervals)."""
     server = load_server_config("default")
 
-    def regime_prompts(docs_seconds: int) -> list[list[int]]:
+    def regime_prompts(docs_seconds: int, source: str = "request_log") -> list[list[int]]:
         chat = [RequestSpec(t / 3.0, 1400 + 200 * (t % 2), 300, 4096) for t in range(3 * (1500 - docs_seconds))]
         docs = [RequestSpec(1500.0 - docs_seconds + t, 28000 + 4000 * (t % 2), 700, 8192)
                 for t in range(docs_seconds)]
@@ -741,20 +741,22 @@ def test_a_young_regime_is_drawn_again_to_the_window_and_an_older_one_repeated()
             if sum(prompts) / len(prompts) > 10000:
                 seen.append(prompts)
             return inner(server_, picture, ratios, settings)
-        curve = replay_curve(server, TrafficPicture(chat + docs, 1500.0, "request_log"), prior_ratio=1.0,
+        curve = replay_curve(server, TrafficPicture(chat + docs, 1500.0, source), prior_ratio=1.0,
                              live_ratio=0.9, run_many=run_many)
         assert curve is not None and curve.regime_seconds == pytest.approx(docs_seconds, abs=60.0)
         assert seen
         return seen
 
     def alternates(prompts: list[int]) -> bool:
-        return all(a != b for a, b in zip(prompts, prompts[1:]))
+        return all(a != b for a, b in zip(prompts, prompts[1:], strict=False))
 
     young = regime_prompts(300)
     assert not any(alternates(prompts) for prompts in young)
     assert all(len(prompts) >= 1400 for prompts in young)  # drawn to the 1,500 s window, about one a second
     older = regime_prompts(700)
     assert all(alternates(prompts) and len(prompts) >= 1400 for prompts in older)
+    from_metrics = regime_prompts(300, source="metrics")
+    assert all(alternates(prompts) and len(prompts) >= 1400 for prompts in from_metrics)
 
 
 def test_where_no_ratio_holds_both_the_advice_is_read_where_the_worse_of_the_two_is_best():
