@@ -127,6 +127,15 @@ class ReplaySettings:
     # traffic to come will: repeated to the window's length, its luck repeats too. Its replay is read as much heavier
     # as its rate is uncertain (this many standard errors of its count, Poisson's times its dispersion).
     regime_load_sigmas: float = 1.0
+    # ... and from a request log, while younger than this, it is drawn again to the window's length instead of
+    # repeated (`redrawn`). Held-out documents after chat on TP2 (seed 1), repeated from their first 4.4-6.8 minutes,
+    # showed the live 0.9 within 1% of the best where the regime's 20 minutes lose 13% there, and the advice reached
+    # the regime's good ratios 10.75 minutes after the shift. Drawn again at every age, it was on them 4.5 minutes
+    # after, but a draw 15.7 minutes in read a plateau up to 0.59 and left them for a cycle (17.0 minutes in all).
+    # Ten minutes is the shortest window the daemon replays at all (`replay_min_window_seconds`). A metrics-only
+    # picture is a fresh draw of its intervals each replay already; drawn again on top, the held-out KDA regime
+    # shift (seed 2) changed decision twice after the shift where it had not at all.
+    regime_redraw_seconds: float = 600.0
     # A metrics-only picture (per-interval arrivals, bucketed lengths) places the curve's features only to within
     # this standard deviation in log r: redraws of one window put a sharp optimum's peak 7-12% either way. Where its
     # plateau is narrower than two of them, the ratio is read off the curve's expected score over that uncertainty
@@ -166,14 +175,16 @@ class ReplaySettings:
                 or not self.trend_seconds > 0 or not 0 <= self.picture_spread < 1
                 or not 0 <= self.queue_margin < 1 or not 1 <= self.queue_first_load <= self.queue_load_max
                 or self.queue_rounds < 0 or not self.work_tolerance >= 0 or self.work_scale_max < 1
-                or self.work_rounds < 0 or not self.regime_load_sigmas >= 0):
+                or self.work_rounds < 0 or not self.regime_load_sigmas >= 0
+                or not self.regime_redraw_seconds >= 0):
             raise ValueError("replay: span must be > 1, points >= 3, warmup_fraction in [0, 1), edge_margin, "
                              "min_move and cliff_margin >= 1, cliff_keep_margin >= cliff_margin, "
                              "sharp_refinements >= 0, calibration_tolerance > 0, calibration_rounds >= 0, "
                              "calibration_running_factor >= 1, headroom >= 1, headroom_max >= headroom, capacity_load >= 1, "
                              "trend_seconds > 0, picture_spread in [0, 1), queue_margin in [0, 1), "
                              "1 <= queue_first_load <= queue_load_max, queue_rounds >= 0, work_tolerance >= 0, "
-                             "work_scale_max >= 1, work_rounds >= 0, regime_load_sigmas >= 0")
+                             "work_scale_max >= 1, work_rounds >= 0, regime_load_sigmas >= 0, "
+                             "regime_redraw_seconds >= 0")
 
 
 @dataclass(frozen=True)
@@ -356,16 +367,7 @@ def _gain(chosen: float | None, live: float | None) -> float | None:
     return chosen / live
 
 
-# A new regime younger than this is drawn again to the window's length (`redrawn`), under this seed (one draw, the
-# same for the same picture); an older one is repeated (`tiled`). Its first minutes repeated repeat their luck:
-# held-out documents after chat on TP2 (seed 1), repeated from 4.4-7.6 minutes, showed the live 0.9 serving within
-# 1% where the regime's 20 minutes lose 13%, and the advice reached the regime's good ratios 10.75 minutes after
-# the shift. Drawn again at every age, it was on them 4.5 minutes after, but a draw 15.7 minutes in read a plateau
-# up to 0.59 and left them for a cycle (17.0 minutes in all). Ten minutes is the shortest window the daemon replays
-# at all (`replay_min_window_seconds`). Only a request-log picture holds the arrivals as they came, their luck with
-# them; a metrics-only one is a fresh draw of its intervals each replay already, and drawn again on top, the held-out
-# KDA regime shift (seed 2) changed decision twice after the shift where it had not at all.
-REGIME_REDRAW_SECONDS = 600.0
+# The seed a young regime is drawn again under (`redrawn`): one draw, the same for the same picture.
 REGIME_DRAW_SEED = 0
 
 
@@ -752,13 +754,14 @@ def replay_curve(
         return _leaned(server, calibrated, remembered, live_ratio=live_ratio, settings=settings, run_many=run_many)
     # The new regime's picture, repeated to the window's length: what the window would have been had the new traffic
     # filled it (a queue or a KV pool that fills over many minutes shows in a replay that long, not in one of the
-    # regime's first minutes from empty). From a request log and younger than REGIME_REDRAW_SECONDS, it is drawn
+    # regime's first minutes from empty). From a request log and younger than `regime_redraw_seconds`, it is drawn
     # again instead: repeated, a few minutes' luck repeats too (`redrawn`). The server's running batch over the
     # window says nothing of its part, so it is not paired again (the window's pairing stands).
+    regime_seconds = calibrated.window_seconds - start
     since = picture_since(calibrated, start)
     since = heavier(since, regime_load(since, settings.regime_load_sigmas))
     filled = (redrawn(since, calibrated.window_seconds, np.random.default_rng(REGIME_DRAW_SEED))
-              if calibrated.source == "request_log" and calibrated.window_seconds - start < REGIME_REDRAW_SECONDS
+              if calibrated.source == "request_log" and regime_seconds < settings.regime_redraw_seconds
               else tiled(since, calibrated.window_seconds))
     recent = replace(filled,
                      live_context=None, live_running=None, live_queue_times=None, live_queue_series=None)
@@ -768,7 +771,7 @@ def replay_curve(
                               also=(whole.width_lower, whole.chosen_ratio, whole.width_upper))
     if own is None:
         return whole
-    return regime_curve(whole, own, regime_seconds=calibrated.window_seconds - start, live_ratio=live_ratio,
+    return regime_curve(whole, own, regime_seconds=regime_seconds, live_ratio=live_ratio,
                         settings=settings)
 
 

@@ -725,11 +725,13 @@ def test_after_a_regime_shift_the_advice_is_read_where_the_new_regime_and_the_wi
 
 def test_a_young_regime_is_drawn_again_to_the_window_and_an_older_one_repeated():
     """Documents alternating 28K and 32K prompts, one a second: 300 s of them from a request log (younger than
-    REGIME_REDRAW_SECONDS) are drawn again to fill the window, their order no longer the sample's own; 700 s of
-    them are repeated as they came, and so are 300 s of a metrics-only picture (already a draw of its intervals)."""
+    `regime_redraw_seconds`, 600 s) are drawn again to fill the window, their order no longer the sample's own;
+    700 s of them are repeated as they came, and so are 300 s of a metrics-only picture (already a draw of its
+    intervals), and 300 s where the setting draws no regime again."""
     server = load_server_config("default")
 
-    def regime_prompts(docs_seconds: int, source: str = "request_log") -> list[list[int]]:
+    def regime_prompts(docs_seconds: int, source: str = "request_log",
+                       settings: ReplaySettings | None = None) -> list[list[int]]:
         chat = [RequestSpec(t / 3.0, 1400 + 200 * (t % 2), 300, 4096) for t in range(3 * (1500 - docs_seconds))]
         docs = [RequestSpec(1500.0 - docs_seconds + t, 28000 + 4000 * (t % 2), 700, 8192)
                 for t in range(docs_seconds)]
@@ -742,7 +744,7 @@ def test_a_young_regime_is_drawn_again_to_the_window_and_an_older_one_repeated()
                 seen.append(prompts)
             return inner(server_, picture, ratios, settings)
         curve = replay_curve(server, TrafficPicture(chat + docs, 1500.0, source), prior_ratio=1.0,
-                             live_ratio=0.9, run_many=run_many)
+                             live_ratio=0.9, run_many=run_many, settings=settings)
         assert curve is not None and curve.regime_seconds == pytest.approx(docs_seconds, abs=60.0)
         assert seen
         return seen
@@ -757,6 +759,12 @@ def test_a_young_regime_is_drawn_again_to_the_window_and_an_older_one_repeated()
     assert all(alternates(prompts) and len(prompts) >= 1400 for prompts in older)
     from_metrics = regime_prompts(300, source="metrics")
     assert all(alternates(prompts) and len(prompts) >= 1400 for prompts in from_metrics)
+    never = regime_prompts(300, settings=ReplaySettings(regime_redraw_seconds=0.0))
+    assert all(alternates(prompts) and len(prompts) >= 1400 for prompts in never)
+    always = regime_prompts(700, settings=ReplaySettings(regime_redraw_seconds=3600.0))
+    assert not any(alternates(prompts) for prompts in always)
+    with pytest.raises(ValueError):
+        ReplaySettings(regime_redraw_seconds=-1.0)
 
 
 def test_where_no_ratio_holds_both_the_advice_is_read_where_the_worse_of_the_two_is_best():
