@@ -581,6 +581,10 @@ def server_args_fields(
         "max_running_requests": max_running,
         "max_total_tokens": None,
         "chunked_prefill_size": config.chunked_prefill_size,
+        # the admission knobs the advisor's replay takes from a live server (ServerArgs shows every field)
+        "max_prefill_tokens": config.max_prefill_tokens,
+        "schedule_policy": "fcfs",
+        "schedule_conservativeness": config.schedule_conservativeness,
         "context_length": None,
         "disable_radix_cache": serving.disable_radix_cache,
         "disable_overlap_schedule": serving.disable_overlap_schedule or resolved == "no_buffer",

@@ -23,6 +23,7 @@ from advisor.sim.config import SchedulerServerConfig, load_server_config
 from advisor.sim.emulator import EmulatedServer
 from advisor.sim.exposition import OBSERVED_ONLY_FAMILIES
 from advisor.sim.workload import Workload, workload_from_dict
+from advisor.sources.server_info import parse_server_info
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 SPEED = 400.0
@@ -131,8 +132,11 @@ def test_server_info_model_info_loads_and_health_bodies():
         health = requests.get(emu.url + "/health", timeout=5)
         missing = requests.get(emu.url + "/get_load", timeout=5)
     fixture = json.loads((FIXTURES / "server_info" / "server_info-tp8-default.json").read_text())
-    assert set(info) == set(fixture) - {"status"}  # the DP controller's handshake has no status
-    assert set(info["internal_states"][0]) == set(fixture["internal_states"][0])
+    # the fixture's fields (the DP controller's handshake has no status), and the admission knobs it leaves out
+    knobs = {"max_prefill_tokens", "schedule_policy", "schedule_conservativeness"}
+    assert set(info) == set(fixture) - {"status"} | knobs
+    assert (info["max_prefill_tokens"], info["schedule_conservativeness"]) == (config.max_prefill_tokens, 1.0)
+    assert set(info["internal_states"][0]) == set(fixture["internal_states"][0]) | knobs
     assert set(info["internal_states"][0]["memory_usage"]) == set(fixture["internal_states"][0]["memory_usage"])
     assert len(info["internal_states"]) == 2
     for shard in info["internal_states"]:
@@ -156,11 +160,17 @@ def test_server_info_model_info_loads_and_health_bodies():
 
 
 def test_single_gpu_server_info_matches_its_fixture_keys_and_reports_ready():
-    with emulated(load_server_config("single-qwen3next"), workload(CHAT), speed=SPEED) as emu:
+    # an operator's own admission knobs: ServerArgs shows them in /server_info, where the advisor's replay reads them
+    config = dataclasses.replace(load_server_config("single-qwen3next"), schedule_conservativeness=1.3,
+                                 max_prefill_tokens=32768)
+    with emulated(config, workload(CHAT), speed=SPEED) as emu:
         info = requests.get(emu.url + "/server_info", timeout=5).json()
     fixture = json.loads((FIXTURES / "server_info" / "server_info-single-kvbound.json").read_text())
-    assert set(info) == set(fixture) and info["status"] == "ready"
-    assert set(info["internal_states"][0]) == set(fixture["internal_states"][0])
+    knobs = {"max_prefill_tokens", "schedule_policy", "schedule_conservativeness"}
+    assert set(info) == set(fixture) | knobs and info["status"] == "ready"
+    shown = parse_server_info(info)
+    assert (shown.schedule_conservativeness, shown.max_prefill_tokens) == (1.3, 32768)
+    assert set(info["internal_states"][0]) == set(fixture["internal_states"][0]) | knobs
     shard = info["internal_states"][0]
     assert (shard["max_mamba_cache_size"], shard["effective_max_running_requests_per_dp"]) == (
         fixture["internal_states"][0]["max_mamba_cache_size"],
