@@ -1231,7 +1231,21 @@ class TrafficEstimator:
             for r in records
         ]
         requests = prefix_groups(records, requests)
-        return TrafficPicture(requests=requests, window_seconds=max(span, 1.0), source="request_log")
+        return TrafficPicture(requests=requests, window_seconds=max(span, 1.0), source="request_log",
+                              live_queue_times=self._recent_queue_times(max(span, 1.0)))
+
+    def _recent_queue_times(self, seconds: float) -> QueueHistogram | None:
+        """The server's queue-time histogram over the scrape intervals of the last `seconds` (the bins wholly
+        inside them, on the scrapes' clock: the log's may be another), for a picture read from the request log.
+        A log line shows a request's whole latency, not how long it waited before its first forward; the histogram
+        shows that wait as SGLang observed it, and the replay at the live ratio is checked against it as a
+        metrics-only picture's is (`recommend/replay.py` `_queue_check`). None where no bin showed one."""
+        if not self.bins:
+            return None
+        since = self.bins[-1].end - seconds
+        recent = [b for b in self.bins if b.start >= since and b.end > b.start]
+        return _queue_times(recent, since)[0] if recent else None
+
 
     def _past_the_cut(self, records: Sequence[ExactRequest], upper: float, last: float,
                       seed: int) -> list[ExactRequest]:

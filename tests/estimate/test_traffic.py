@@ -1153,3 +1153,33 @@ def test_a_log_that_does_not_tell_stops_from_length_finishes_gives_no_caps():
                    for r in picture.requests)
         # ... nor even a request's own: `length` said of every request is not read as reaching a cap
         assert {r.max_new_tokens for r in picture.requests} == {UNSET_MAX_NEW_TOKENS}
+
+
+def test_a_request_log_picture_carries_the_servers_queue_over_its_own_window():
+    """A log line shows a request's whole latency, not its wait before its first forward: the server's queue-time
+    histogram shows that, and a request-log picture carries it over the window it replays (the bins inside its
+    span, counted back from the last scrape), not the older ones: here the older half of the scrapes saw every
+    request served at once, the window's half saw one in ten wait past 10 s."""
+    traffic = TrafficEstimator(TrafficSettings(window_seconds=900))
+    traffic.observe_requests([ExactRequest(arrival=1000.0 + 3.0 * k, input_tokens=1000, output_tokens=100,
+                                           finish=1004.0 + 3.0 * k) for k in range(300)])
+    for index in range(128):
+        end = 15.0 * (index + 1)
+        waits = [9, 0, 0, 1, 0] if end > 1000.0 else [10, 0, 0, 0, 0]
+        traffic.observe_interval(end, 15.0, finished=5, in_system=0, queued=0,
+                                 queue_bounds=QUEUE_BOUNDS, queue_counts=waits)
+    picture = traffic.picture(seed=1)
+    assert picture is not None and picture.source == "request_log"
+    assert picture.live_queue_times is not None
+    bounds, counts = picture.live_queue_times
+    assert bounds == QUEUE_BOUNDS
+    # the bins wholly inside the window's span (891 s: its arrivals to the cut) back from the last scrape (1920 s):
+    # 59 of the 60 from 1020 s on, none of the older ones (whose ten requests all went at once)
+    assert counts == (9.0 * 59, 0.0, 0.0, 59.0, 0.0)
+    assert queue_share_over(bounds, counts, 10.0) == pytest.approx(0.1)
+    # without the histogram, none
+    quiet = TrafficEstimator(TrafficSettings(window_seconds=900))
+    quiet.observe_requests([ExactRequest(arrival=1000.0 + 3.0 * k, input_tokens=1000, output_tokens=100,
+                                         finish=1004.0 + 3.0 * k) for k in range(300)])
+    assert quiet.picture(seed=1).live_queue_times is None
+
