@@ -743,7 +743,10 @@ def _missed_turns(records: Sequence[ExactRequest], parent: list[int | None]) -> 
     turns that came while theirs ran show (at least RUNNING_TURNS_MIN_MATCHED of them; within their
     MISSED_TURNS_QUANTILE), scored the same way on that span. Records without finish times (lines, not request
     logs) are left as they are, and the copies standing for requests the server still holds (no known finish)
-    are no one's earlier turn."""
+    are no one's earlier turn; their arrivals are placed over the window's last span, not seen, so such a copy is
+    scored on its new tokens alone, whatever its gap (agentic sessions on a dense hybrid queued at 0.9 held 1,066
+    at the last scrape, copies of late turns of ~20K tokens: gapped, 370 continued a conversation and the window's
+    replay prefilled 23.3M tokens, 14.8M of them the copies'; scored so, 840 and 14.1M, 5.6M)."""
     matched = [(j, k) for j, k in enumerate(parent) if k is not None]
     if len(matched) < MISSED_TURNS_MIN_MATCHED or any(r.finish is None for r in records):
         return
@@ -777,6 +780,7 @@ def _missed_turns(records: Sequence[ExactRequest], parent: list[int | None]) -> 
                     running.pop(at)
                 bisect.insort(open_totals, entry)
         if parent[j] is None and record.cached_tokens == 0:
+            held = _finish_of(record) == math.inf  # a copy standing for a request the server holds
             best: tuple[float, list[tuple[int, int]], int] | None = None  # (score, candidates list, position)
             for candidates, since, elapsed_fit in ((open_totals, lambda k: _finish_of(records[k]), after_finish),
                                                    (running, lambda k: records[k].arrival, after_arrival)):
@@ -786,10 +790,13 @@ def _missed_turns(records: Sequence[ExactRequest], parent: list[int | None]) -> 
                 high = bisect.bisect_left(candidates, (record.input_tokens, -1))
                 for m in range(low, high):
                     total, k = candidates[m]
-                    elapsed = record.arrival - since(k)
-                    if elapsed > elapsed_fit.most:
-                        continue
-                    score = added.log_density(record.input_tokens - total) + elapsed_fit.log_density(elapsed)
+                    if held:  # its arrival is placed, not seen: only its new tokens say whose turn it is
+                        score = added.log_density(record.input_tokens - total)
+                    else:
+                        elapsed = record.arrival - since(k)
+                        if elapsed > elapsed_fit.most:
+                            continue
+                        score = added.log_density(record.input_tokens - total) + elapsed_fit.log_density(elapsed)
                     if best is None or score > best[0]:
                         best = (score, candidates, m)
             if best is not None:
@@ -1245,7 +1252,6 @@ class TrafficEstimator:
         since = self.bins[-1].end - seconds
         recent = [b for b in self.bins if b.start >= since and b.end > b.start]
         return _queue_times(recent, since)[0] if recent else None
-
 
     def _past_the_cut(self, records: Sequence[ExactRequest], upper: float, last: float,
                       seed: int) -> list[ExactRequest]:

@@ -1183,3 +1183,29 @@ def test_a_request_log_picture_carries_the_servers_queue_over_its_own_window():
                                          finish=1004.0 + 3.0 * k) for k in range(300)])
     assert quiet.picture(seed=1).live_queue_times is None
 
+
+def test_a_held_copy_continues_a_conversation_whatever_its_placed_arrival():
+    """The requests the server holds at the last scrape are copies of known ones placed over the window's last
+    span, so their arrival says nothing of whose turn they are: a copy whose prompt is a conversation's last
+    sequence plus the new tokens its turns add continues it, however long after that turn finished it is placed.
+    A request the log finished, arriving as long after (20 times the turns' gaps), is left on its own."""
+    import math
+
+    from advisor.estimate.traffic import prefix_groups
+
+    records = _session_records(sessions=6, turns=8, system_prompt=1024)
+    last_turns = {}
+    for record in records:  # each conversation's last turn: its output is 50 + 40 x session
+        last_turns[(record.output_tokens - 50) // 40] = record
+    follow_ups = []
+    for _session, last in sorted(last_turns.items())[:3]:
+        follow_ups.append(ExactRequest(arrival=last.finish + 100.0, input_tokens=last.input_tokens + last.output_tokens + 299,
+                                       output_tokens=60, cached_tokens=0, finish=math.inf))
+    requests = [RequestSpec(r.arrival, r.input_tokens, r.output_tokens, 4096) for r in records + follow_ups]
+    order = sorted(range(len(requests)), key=lambda k: requests[k].time)
+    held = prefix_groups([(records + follow_ups)[k] for k in order], [requests[k] for k in order])
+    copies = [spec for spec in held if spec.output_tokens == 60]
+    assert len(copies) == 3 and all(spec.extends_prefix and spec.prefix_tokens > 0 for spec in copies)
+    finished = [replace(r, finish=r.arrival + 5.0) for r in follow_ups]
+    logged = prefix_groups([(records + finished)[k] for k in order], [requests[k] for k in order])
+    assert all(spec.prefix_group is None for spec in logged if spec.output_tokens == 60)
