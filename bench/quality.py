@@ -106,9 +106,9 @@ HELDOUT_DEPLOYMENTS: dict[str, float] = {"tp2-dense-mamba2": 0.5, "l40s-dense-hy
 # drifting documents without SLO goodput at any ratio up to 3.
 HELDOUT_SHAPE_LOADS: dict[str, float] = {"retry-storm": 1.5, "drifting-docs": 1.5, "deep-research-agents": 1.5,
                                          "reasoning-waves": 2.0}
-# A second held-out set (`--heldout2`, bench/heldout2/), added in the round after 5408d84 once the first had been
-# traced and tuned against for several rounds (its shapes and deployments are held out no longer): its shapes on
-# the general deployments and the first set's, and every general shape and its own on two deployments of its own
+# A fourth held-out set, in a directory of its own (`--heldout2`, bench/heldout2/), added in the round after 5408d84
+# once the three in bench/heldout/ had been traced and tuned against for rounds (held out no longer): its shapes on
+# the general deployments and the held-out ones, and every general shape and its own on two deployments of its own
 # (a GDN MoE on four A100s, a dense Mamba2 hybrid with a very large state on four H100s).
 HELDOUT2_DIR = Path(__file__).resolve().parent / "heldout2"
 HELDOUT2_DEPLOYMENTS: dict[str, float] = {"a100-gdn-tp4": 0.85, "h100-nemotron-tp4": 1.2}
@@ -733,8 +733,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="score on a fresh hour of the same traffic shape (default), or on the very timeline "
                              "the advisor watched")
     parser.add_argument("--heldout2", action="store_true",
-                        help="the second held-out set instead of the suite: its shapes (bench/heldout2/) on the "
-                             "general and the first set's deployments, and every general shape and its own on its "
+                        help="the fourth held-out set instead of the suite: its shapes (bench/heldout2/) on the "
+                             "general and the held-out deployments, and every general shape and its own on its "
                              "deployments (bench/heldout2/servers/)")
     parser.add_argument("--heldout", action="store_true",
                         help="traffic and a deployment never used to tune the advisor: the held-out shapes "
