@@ -119,6 +119,9 @@ HELDOUT2_DEPLOYMENTS: dict[str, float] = {"a100-gdn-tp4": 0.85, "h100-nemotron-t
 # H100 deployments, and the other four served at every ratio on one GPU, the L40S and the KDA at their factors.
 HELDOUT2_SHAPE_LOADS: dict[str, float] = {"classify-flood": 0.6, "rag-reasoning": 1.4, "cron-herd": 1.4,
                                           "coding-agent": 1.4}
+# Every held-out deployment's rate factor, and every held-out shape's load off the TP8 node (the sets' names differ).
+HELDOUT_RATE_FACTORS: dict[str, float] = {**HELDOUT_DEPLOYMENTS, **HELDOUT2_DEPLOYMENTS}
+HELDOUT_LOADS: dict[str, float] = {**HELDOUT_SHAPE_LOADS, **HELDOUT2_SHAPE_LOADS}
 # Stationary traffic: any change of decision during the watch is flapping.
 STEADY_SHAPES = frozenset(
     {
@@ -266,16 +269,15 @@ def server_file(server: str) -> str:
 
 
 def rate_factor(server: str) -> float:
-    factors = {**HELDOUT_DEPLOYMENTS, **HELDOUT2_DEPLOYMENTS}
-    return factors[server] if server in factors else SERVERS[server][0]
+    return HELDOUT_RATE_FACTORS[server] if server in HELDOUT_RATE_FACTORS else SERVERS[server][0]
 
 
 def shape_factor(case: Case) -> float:
     """The shape's share of the deployment's rate factor: SHAPE_FACTORS, and off the TP8 node a held-out shape's
-    own load (HELDOUT_SHAPE_LOADS)."""
+    own load (HELDOUT_SHAPE_LOADS, HELDOUT2_SHAPE_LOADS)."""
     factor = SHAPE_FACTORS.get(case.shape, 1.0)
     if case.server != "default":
-        factor *= {**HELDOUT_SHAPE_LOADS, **HELDOUT2_SHAPE_LOADS}.get(case.shape, 1.0)
+        factor *= HELDOUT_LOADS.get(case.shape, 1.0)
     return factor
 
 
