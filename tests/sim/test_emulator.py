@@ -117,6 +117,10 @@ def test_metrics_match_the_genuine_fixture_shape(fixture, tp, dp):
     assert len(values(body.text, "sglang:num_retracted_requests_total")) == tp * dp
 
 
+# ServerArgs fields the composed /server_info fixtures leave out, which the emulator shows (the advisor reads them)
+ADMISSION_KNOBS = frozenset({"max_prefill_tokens", "schedule_policy", "schedule_conservativeness"})
+
+
 def test_server_info_model_info_loads_and_health_bodies():
     config = shaped("default", tp_size=2, dp_size=2)
     split = config.split()
@@ -133,10 +137,9 @@ def test_server_info_model_info_loads_and_health_bodies():
         missing = requests.get(emu.url + "/get_load", timeout=5)
     fixture = json.loads((FIXTURES / "server_info" / "server_info-tp8-default.json").read_text())
     # the fixture's fields (the DP controller's handshake has no status), and the admission knobs it leaves out
-    knobs = {"max_prefill_tokens", "schedule_policy", "schedule_conservativeness"}
-    assert set(info) == set(fixture) - {"status"} | knobs
+    assert set(info) == set(fixture) - {"status"} | ADMISSION_KNOBS
     assert (info["max_prefill_tokens"], info["schedule_conservativeness"]) == (config.max_prefill_tokens, 1.0)
-    assert set(info["internal_states"][0]) == set(fixture["internal_states"][0]) | knobs
+    assert set(info["internal_states"][0]) == set(fixture["internal_states"][0]) | ADMISSION_KNOBS
     assert set(info["internal_states"][0]["memory_usage"]) == set(fixture["internal_states"][0]["memory_usage"])
     assert len(info["internal_states"]) == 2
     for shard in info["internal_states"]:
@@ -166,11 +169,10 @@ def test_single_gpu_server_info_matches_its_fixture_keys_and_reports_ready():
     with emulated(config, workload(CHAT), speed=SPEED) as emu:
         info = requests.get(emu.url + "/server_info", timeout=5).json()
     fixture = json.loads((FIXTURES / "server_info" / "server_info-single-kvbound.json").read_text())
-    knobs = {"max_prefill_tokens", "schedule_policy", "schedule_conservativeness"}
-    assert set(info) == set(fixture) | knobs and info["status"] == "ready"
+    assert set(info) == set(fixture) | ADMISSION_KNOBS and info["status"] == "ready"
     shown = parse_server_info(info)
     assert (shown.schedule_conservativeness, shown.max_prefill_tokens) == (1.3, 32768)
-    assert set(info["internal_states"][0]) == set(fixture["internal_states"][0]) | knobs
+    assert set(info["internal_states"][0]) == set(fixture["internal_states"][0]) | ADMISSION_KNOBS
     shard = info["internal_states"][0]
     assert (shard["max_mamba_cache_size"], shard["effective_max_running_requests_per_dp"]) == (
         fixture["internal_states"][0]["max_mamba_cache_size"],
