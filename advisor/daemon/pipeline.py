@@ -445,7 +445,8 @@ class ServerPipeline:
                 now, step_samples_from_log(reading.decode_intervals, steps=self.decode_log_interval()))
         if reading.prefill_batches:
             self.server_state.traffic.observe_admissions(
-                [[line.new_seqs, line.new_tokens, line.cached_tokens or 0, -1 if line.dp_rank is None else line.dp_rank]
+                [[line.new_seqs, line.new_tokens, line.cached_tokens or 0, -1 if line.dp_rank is None else line.dp_rank,
+                  line.queued_requests, -1 if line.pending_tokens is None else line.pending_tokens]
                  for line in reading.prefill_batches
                  if line.new_seqs is not None and line.new_tokens is not None],
                 chunk_tokens=chunked_prefill_size_of(self.server_info, self.boot),

@@ -556,6 +556,35 @@ def admitted_prompts(batches: Sequence[Sequence[int]], chunk_tokens: int | None,
     return out
 
 
+# How far `_tilted_draws` may tilt toward either end: the weights go as (length / geometric mean) ** exponent.
+TILT_EXPONENT_MAX = 12.0
+
+
+def _tilted_draws(lengths: Sequence[int], count: int, mean: float | None, rng: np.random.Generator) -> np.ndarray:
+    """`count` indices into `lengths` drawn with replacement: uniformly without a `mean`, else with weights
+    exponentially tilted in log length (length ** exponent, the exponent found by bisection) so that the drawn
+    lengths' expected mean is `mean` (the nearest end's where it lies beyond the lengths). The tilt keeps the pool's
+    shape as far as the mean allows: a mean between two modes moves weight from one to the other."""
+    if mean is None or count <= 0 or len(lengths) < 2:
+        return rng.integers(0, len(lengths), count)
+    values = np.asarray(lengths, dtype=float)
+    logs = np.log(np.maximum(values, 1.0))
+    logs -= logs.mean()
+
+    def weights(exponent: float) -> np.ndarray:
+        raw = np.exp(exponent * logs - np.max(exponent * logs))
+        return raw / raw.sum()
+
+    low, high = -TILT_EXPONENT_MAX, TILT_EXPONENT_MAX
+    for _ in range(48):
+        middle = (low + high) / 2
+        if float(weights(middle) @ values) < mean:
+            low = middle
+        else:
+            high = middle
+    return rng.choice(len(values), size=count, p=weights((low + high) / 2))
+
+
 def _paired_outputs(requests: list[RequestSpec], paired: Sequence[int], residence: np.ndarray,
                     buckets: np.ndarray) -> list[RequestSpec]:
     """The drawn output lengths of the `paired` requests rescaled by their prompt bucket's mean residence over
@@ -1103,6 +1132,8 @@ class TrafficEstimator:
         self.last_time: float | None = None
         # prefill batches read since the last interval (they join the next one), and how the server chunks
         self.pending_admissions: list[list[int]] = []
+        # per DP rank, its latest `Prefill batch` line's queue: (#queue-req, #pending-token)
+        self.waiting_by_rank: dict[int, tuple[int, int]] = {}
         self.chunk_tokens: int | None = None
         self.page_size = 1
         # (time, requests the server had taken in by then) at the first scrape of a server process: how long it had
@@ -1165,18 +1196,23 @@ class TrafficEstimator:
         after it restarted; None after the daemon's own restore), dates when that process began serving."""
         self.last_in_system, self.last_queued, self.last_time = in_system, queued, now
         self.pending_admissions = []
+        self.waiting_by_rank = {}
         if lifetime_requests is not None and math.isfinite(lifetime_requests) and math.isfinite(in_system):
             self.served_at_baseline = (now, max(0.0, lifetime_requests) + max(0.0, in_system))
 
     def observe_admissions(self, batches: Sequence[Sequence[int]], *, chunk_tokens: int | None = None,
                            page_size: int = 1) -> None:
         """`Prefill batch` lines in log order as [#new-seq, #new-token, #cached-token] or, with the DP rank that
-        printed it, [..., rank]; they join the next interval. `chunk_tokens` is the server's chunked_prefill_size
+        printed it, [..., rank], or with the queue behind the batch too, [..., rank, #queue-req, #pending-token]
+        (-1 where the line does not show it); they join the next interval, and each rank's latest queue sizes what
+        the server holds waiting (`_waiting_prompt_mean`). `chunk_tokens` is the server's chunked_prefill_size
         (where a long prompt is cut), when known."""
         for batch in batches:
             values = [int(v) for v in batch[:4]]
             if len(values) >= 3 and min(values[:3]) >= 0:
                 self.pending_admissions.append(values)
+            if len(batch) >= 6 and int(batch[4]) >= 0 and int(batch[5]) >= 0:
+                self.waiting_by_rank[int(batch[3])] = (int(batch[4]), int(batch[5]))
         if chunk_tokens is not None and chunk_tokens > 0:
             self.chunk_tokens = int(chunk_tokens)
         self.page_size = max(1, int(page_size))
@@ -1289,8 +1325,12 @@ class TrafficEstimator:
         held requests ran to 758 output tokens on average (bimodal chat and documents, one GPU) and 9,250
         (reasoning waves, TP2); copies of the latest known and proportional draws from the newest admitted made
         them 436 and 3,470, these 676 and 8,200.
-        Those still queued came after them and no line shows their lengths: copies of the latest known requests,
-        without a matched prefix. Without prefill lines, all are copies."""
+        Those still queued came after them and no line shows their lengths, but the last `Prefill batch` line shows
+        how many wait and their tokens (`#pending-token`): copies of the latest known requests, without a matched
+        prefix, drawn so that their mean prompt is the waiting ones' where the lines show it (`_tilted_draws`).
+        Documents after chat on an H100 queued at 0.9 held 1,750 chat requests six minutes after chat came back;
+        copied from the documents' last minutes they read as documents still, and the advice went on following
+        documents for ten minutes more. Without prefill lines, all are copies."""
         pool = list(known[-max(count, TAIL_POOL_MIN):])
         queued = count if self.last_queued is None else min(count, int(round(max(0.0, self.last_queued))))
         held = self._running_prompts(count - queued, rng) if count > queued else []
@@ -1310,8 +1350,16 @@ class TrafficEstimator:
                                     max_new_tokens=like.max_new_tokens, finish=math.inf,
                                     cached_tokens=min(prompt.cached, prompt.tokens - 1)))
         out += [replace(pool[int(i)], cached_tokens=0, finish=math.inf)
-                for i in rng.integers(0, len(pool), count - running)]
+                for i in _tilted_draws([r.input_tokens for r in pool], count - running, self._waiting_prompt_mean(),
+                                       rng)]
         return out
+
+    def _waiting_prompt_mean(self) -> float | None:
+        """The mean prompt of the requests waiting at each DP rank's latest `Prefill batch` line (its pending tokens
+        over its queue; a retracted request waits with its output too), None where no line showed one waiting."""
+        queued = sum(q for q, _ in self.waiting_by_rank.values())
+        tokens = sum(t for _, t in self.waiting_by_rank.values())
+        return tokens / queued if queued > 0 and tokens > 0 else None
 
     def _running_prompts(self, count: int, rng: np.random.Generator) -> list[tuple[AdmittedPrompt, float | None]]:
         """`count` prompts for the held requests the server runs, by admission, read once from the window's prefill
@@ -1592,6 +1640,7 @@ class TrafficEstimator:
             "last_queued": self.last_queued,
             "last_time": self.last_time,
             "pending_admissions": self.pending_admissions,
+            "waiting_by_rank": [[rank, queued, tokens] for rank, (queued, tokens) in self.waiting_by_rank.items()],
             "chunk_tokens": self.chunk_tokens,
             "page_size": self.page_size,
             "served_at_baseline": list(self.served_at_baseline) if self.served_at_baseline else None,
@@ -1617,6 +1666,9 @@ class TrafficEstimator:
         queued = data.get("last_queued")
         estimator.last_queued = None if queued is None else float(queued)
         estimator.pending_admissions = [[int(v) for v in batch] for batch in data.get("pending_admissions", [])]
+        # written since the waiting requests were sized from the prefill lines: older checkpoints lack it
+        estimator.waiting_by_rank = {int(rank): (int(queued), int(tokens))
+                                     for rank, queued, tokens in data.get("waiting_by_rank", [])}
         chunk = data.get("chunk_tokens")
         estimator.chunk_tokens = None if chunk is None else int(chunk)
         estimator.page_size = int(data.get("page_size", 1))

@@ -282,6 +282,9 @@ class Simulator:
         self._horizon = 0.0
         self.step = 0  # decode steps done
         self.queue: deque[_Req] = deque()
+        # the waiting requests' whole sequences (prompt and any output a retraction sent back with them), summed as
+        # they join and leave: a `Prefill batch` line's `#pending-token` (load_inquirer.py `_get_num_pending_tokens`)
+        self.queued_tokens = 0
         self.chunked: _Req | None = None
         self.batch_full = False
         self.limit: str | None = None
@@ -415,6 +418,7 @@ class Simulator:
                 self._finish(req, spec.time, aborted=True, events=events)
                 continue
             self.queue.append(req)
+            self.queued_tokens += req.input_tokens
 
     def _admit_limits(self, spec: RequestSpec) -> tuple[bool, int]:
         """(refused, max_new_tokens as the scheduler keeps it) for an arriving request.
@@ -672,6 +676,7 @@ class Simulator:
                 if self.queue and self.chunked is None:
                     # Nothing runs and the head cannot be admitted even into an empty pool.
                     head = self.queue.popleft()
+                    self.queued_tokens -= head.fill_len
                     head.queue_time += self.clock - head.queue_enter
                     self._finish(head, self.clock, aborted=True, events=events)
                     continue
@@ -766,6 +771,7 @@ class Simulator:
                 self.limit = "kv"
                 break
             queue.popleft()
+            self.queued_tokens -= extend + prefix
             req.queue_time += clock - req.queue_enter
             req.prefix_len = prefix
             req.computed = 0
@@ -839,6 +845,8 @@ class Simulator:
                     cached_tokens=cached,
                     running_requests=self.n,
                     queued_requests=len(self.queue),
+                    pending_tokens=self.queued_tokens + (self.chunked.fill_len - self.chunked.prefix_len
+                                                         - self.chunked.computed if self.chunked is not None else 0),
                     full_token_usage=self._per_rank(used) / self.kv_capacity_physical,
                     mamba_usage=(self.n + self._staged_seqs)
                     * self.slots_per_request
@@ -1080,6 +1088,7 @@ class Simulator:
         req.computed = 0
         req.kv_own = 0
         req.queue_enter = self.clock
+        self.queued_tokens += req.fill_len
         if self.server.retract_to_front:
             self.queue.appendleft(req)
         else:

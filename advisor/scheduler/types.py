@@ -85,6 +85,8 @@ class PrefillBatch:
     full_token_usage: float
     mamba_usage: float
     input_throughput: float
+    # `#pending-token`: the waiting requests' whole sequences and the rest of a prompt being chunked
+    pending_tokens: int = 0
     # The first waits of the requests whose first forward this is (a retracted request's later prefill adds none):
     # SGLang observes each into `sglang:queue_time_seconds` as that forward begins.
     first_waits: tuple[float, ...] = ()

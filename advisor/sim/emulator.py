@@ -422,7 +422,7 @@ class EmulatedServer:
                     accept = (consts.spec_accept_length, consts.spec_accept_rate) if consts.draft_tokens else None
                     text = sglang_logs.decode_line(event, accept=accept)
                 else:
-                    text = sglang_logs.prefill_line(event)
+                    text = sglang_logs.prefill_line(event, pending_tokens=event.pending_tokens)
                 lines.extend(sglang_logs.line(wall, text, prefix) for prefix in self._rank_prefixes(index, stats_only=True))
         for index, worker in enumerate(self._workers):
             snap = worker.sim.snapshot()

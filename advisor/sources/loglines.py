@@ -53,6 +53,9 @@ class StatsLine:
     swa_used_tokens: int | None = None
     # prefill only: `#new-seq:`, the batch's requests (len(can_run_list): a chunked request continuing counts again)
     new_seqs: int | None = None
+    # prefill only: `#pending-token:`, the waiting requests' whole sequences and a chunked prompt's rest
+    # (load_inquirer.py `_get_num_pending_tokens`; in the line since 0.5.4)
+    pending_tokens: int | None = None
 
 
 @dataclass(slots=True)
@@ -354,7 +357,7 @@ def _parse_stats_unchecked(message: str, kind: str, head: _Head) -> StatsLine | 
     else:
         match = _HYBRID_PREFILL.fullmatch(message)
         if match is not None:
-            new_seqs, new_tokens, cached, full_usage, mamba_usage, running, queued, _, _ = match.groups()
+            new_seqs, new_tokens, cached, full_usage, mamba_usage, running, queued, pending, _ = match.groups()
             return StatsLine(
                 head.time,
                 head.dp_rank,
@@ -370,6 +373,7 @@ def _parse_stats_unchecked(message: str, kind: str, head: _Head) -> StatsLine | 
                 int(cached),
                 None,
                 new_seqs=int(new_seqs),
+                pending_tokens=int(pending),
             )
     return _parse_stats_fields(message, kind, head)
 
@@ -410,6 +414,7 @@ def _parse_stats_fields(message: str, kind: str, head: _Head) -> StatsLine | Non
             accept_length=_float_or_none(fields, "accept len"),
             swa_used_tokens=_int_or_none(fields, "#swa token"),
             new_seqs=_int_or_none(fields, "#new-seq"),
+            pending_tokens=_int_or_none(fields, "#pending-token") if kind == "prefill" else None,
         )
     except ValueError:
         return None

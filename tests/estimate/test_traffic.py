@@ -1,5 +1,6 @@
 """The traffic picture: what a replay is fed, from request logs or from per-interval metrics."""
 
+import json
 from dataclasses import replace
 
 import numpy as np
@@ -470,6 +471,39 @@ def test_the_held_requests_are_copied_from_requests_known_whole_not_from_the_qui
     held = [r for r in past if r.output_tokens != 20]
     assert len(held) == 60 and all(r.output_tokens in (100, 900) for r in held)
     assert np.mean([r.output_tokens for r in held]) > 500  # the 40 running drawn in proportion: the long of the two
+
+
+def test_the_waiting_copies_take_the_size_the_prefill_lines_show_the_queue_holds():
+    """Chat came back after documents: the latest requests known before the cut are documents (20,000 tokens) and
+    chat (1,000) mixed, and the server holds 100 waiting. The last `Prefill batch` line shows them: #queue-req 100,
+    #pending-token 100,500, a mean of 1,005 a request. The copies standing for them are then chat (their mean
+    within a few percent of 1,005); without the line's queue, copies of the latest known, documents mostly."""
+
+    def waiting(line_shows_queue):
+        traffic = TrafficEstimator(TrafficSettings(window_seconds=1800))
+        records = [ExactRequest(arrival=float(t), input_tokens=1000 if t % 10 < 3 else 20000, output_tokens=300,
+                                max_new_tokens=4096, finish=t + 120.0) for t in range(0, 1500)]
+        traffic.observe_requests(records)
+        traffic.observe_interval(1590.0, 15.0, finished=0, in_system=100, queued=None)
+        line = [1, 20000, 0, -1] + ([100, 100_500] if line_shows_queue else [])
+        traffic.observe_admissions([line], chunk_tokens=None)
+        traffic.observe_interval(1620.0, 30.0, finished=1, in_system=100, queued=100)
+        picture = traffic.picture()
+        assert picture is not None and picture.source == "request_log"
+        return [r.input_tokens for r in picture.requests if r.time > 1499.0 - 120.0]
+
+    sized = waiting(True)
+    assert len(sized) == 100 and abs(np.mean(sized) / 1005 - 1) < 0.05
+    copied = waiting(False)
+    assert len(copied) == 100 and np.mean(copied) > 10_000
+    restored = TrafficEstimator.from_dict(json.loads(json.dumps(_with_queue_line().to_dict())))
+    assert restored.waiting_by_rank == {-1: (100, 100_500)}
+
+
+def _with_queue_line() -> TrafficEstimator:
+    traffic = TrafficEstimator(TrafficSettings(window_seconds=1800))
+    traffic.observe_admissions([[1, 500, 0, -1, 7, 70_000], [1, 500, 0, -1, 100, 100_500]], chunk_tokens=None)
+    return traffic
 
 
 def test_a_held_request_the_prefill_lines_date_runs_longer_than_it_has_run():

@@ -302,6 +302,26 @@ def test_each_request_reports_one_first_wait_as_its_first_forward_begins():
     assert result.admitted_over_bound_requests == sum(1 for wait in first_waits if wait > 1.0)
 
 
+def test_a_prefill_line_counts_the_waiting_requests_tokens_as_pending():
+    """SGLang's `Prefill batch` line ends its queue with `#pending-token` (load_inquirer.py
+    `_get_num_pending_tokens`: every waiting request's seqlen, a retracted one's output with its prompt, and what a
+    chunked prompt has left). Six prompts at once on the four-slot server: the first batch admits four and leaves
+    two waiting; the running sum stays the queue's own through a retraction, with the retracted request's output."""
+    arrivals = [RequestSpec(0.0, 100 * (k + 1), 100, 100) for k in range(6)]
+    first = next(e for e in _tiny_run(arrivals) if isinstance(e, PrefillBatch))
+    assert (first.new_seqs, first.queued_requests, first.pending_tokens) == (4, 2, 500 + 600)
+    sim = Simulator(server_config_from_dict(TINY), UNUSED,
+                    arrivals=[RequestSpec(0.0, 500, 4000, 4000), RequestSpec(8.0, 300, 1500, 1500),
+                              RequestSpec(8.0, 400, 1500, 1500), RequestSpec(9.0, 1200, 10, 4096),
+                              *(RequestSpec(9.0 + k, 200 + 10 * k, 50, 4096) for k in range(8))])
+    retracted_waiting = False
+    for t in range(1, 400):
+        sim.advance(float(t))
+        assert sim.queued_tokens == sum(r.input_tokens + r.generated for r in sim.queue)
+        retracted_waiting |= any(r.generated > 0 for r in sim.queue)
+    assert retracted_waiting and sim.queued_tokens == 0 and not sim.queue
+
+
 def test_retraction_takes_the_fewest_outputs_first_even_with_a_short_input():
     # Request 2 arrives a second after request 1: fewer outputs, so it goes first despite
     # having the shortest input.

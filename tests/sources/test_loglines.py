@@ -92,6 +92,12 @@ def test_runtime_kvbound_single_counts() -> None:
         tuple(int(v) for v in re.search(r"#new-seq: (\d+), #new-token: (\d+), #cached-token: (\d+)", line).groups())  # type: ignore[union-attr]
         for line in lines if "Prefill batch" in line
     ]
+    # and the queue behind it: its requests and their tokens (#pending-token), the only line that sizes the waiting
+    assert [(s.queued_requests, s.pending_tokens) for s in stats if s.kind == "prefill"] == [
+        tuple(int(v) for v in re.search(r"#queue-req: (\d+), #pending-token: (\d+)", line).groups())  # type: ignore[union-attr]
+        for line in lines if "Prefill batch" in line
+    ]
+    assert any(s.pending_tokens for s in stats) and all(s.pending_tokens is None for s in stats if s.kind == "decode")
     assert all(s.dp_rank is None and s.time is not None for s in stats)
     assert max(s.kv_used_tokens or 0 for s in stats) == 436906  # the pool's capacity: this server is KV-bound
     (boot,) = _of(events, BootBlock)
