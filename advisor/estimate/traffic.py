@@ -1540,7 +1540,8 @@ class TrafficEstimator:
         order (a retracted request admitted twice, or a miscounted chunk, shifts the pairing by one request
         rather than sliding every later one). What still waits at the window's end was never admitted: its
         prompts are drawn from the window's admitted ones (a queue holds arrivals as they come, while the
-        histograms near the end count what finished there, the long requests of a burst among them). Then the
+        histograms near the end count what finished there, the long requests of a burst among them), to the mean
+        the last prefill line shows the queue holds where it does (`_tilted_draws`). Then the
         outputs: paired to the running batch's mean length where the server shows it (`paired_to_live_context`),
         else by the prompt buckets' residence (`_paired_outputs`). With the requests, the continued turns (whose
         outputs the matched prefixes fixed)."""
@@ -1552,8 +1553,8 @@ class TrafficEstimator:
         if not paired:
             return requests, set()
         out = list(requests)
-        for index, which in zip(range(paired.stop, len(out)), rng.integers(0, len(prompts), len(out) - paired.stop),
-                                strict=True):
+        waiting = _tilted_draws([p.tokens for p in prompts], len(out) - paired.stop, self._waiting_prompt_mean(), rng)
+        for index, which in zip(range(paired.stop, len(out)), waiting, strict=True):
             out[index] = replace(out[index], input_tokens=max(1, prompts[which].tokens))
         scale = len(prompts) / len(paired)
         chosen = [min(len(prompts) - 1, int(position * scale)) for position in range(len(paired))]

@@ -902,16 +902,21 @@ def test_a_few_long_prompts_are_paired_to_the_shown_length_between_two_steps_of_
         assert sorted(r.output_tokens for r in dealt) == sorted(r.output_tokens for r in drawn)
 
 
-def test_what_waits_at_the_windows_end_gets_prompts_like_the_windows_admitted_ones():
+@pytest.mark.parametrize("waiting_shown", [None, 600, 30000])
+def test_what_waits_at_the_windows_end_gets_prompts_like_the_windows_admitted_ones(waiting_shown):
     """A burst of documents finishes in the last intervals while chat queues behind it: the chat still waiting
     at the end was never admitted, so its prompts are drawn from the window's admitted prompts, not from the
-    last intervals' finished ones (the documents')."""
+    last intervals' finished ones (the documents'). Where the last `Prefill batch` line shows the queue's mean
+    prompt (#pending-token over #queue-req), the draws take that mean: chat's 600 keeps the documents out, and a
+    queue of 30,000-token documents is drawn as documents, not as the window's mostly chat."""
     traffic = TrafficEstimator(TrafficSettings(window_seconds=900))
     traffic.observe_interval(0.0, 15.0, finished=0, in_system=0, queued=0)
     for index in range(40):
         late = index >= 37
         burst = index == 36
         admitted = [[1, 30000, 0]] * 10 if burst else ([] if late else [[1, 600, 0]] * 10)
+        if index == 35 and waiting_shown is not None:  # a line shows 30 waiting: whichever came last counts
+            admitted = [*admitted[:-1], [1, 600, 0, -1, 30, 30 * waiting_shown]]
         traffic.observe_admissions(admitted, chunk_tokens=None)
         # the last three intervals: the ten documents finish (a few an interval), ten chat requests arrive in
         # each and wait
@@ -928,8 +933,14 @@ def test_what_waits_at_the_windows_end_gets_prompts_like_the_windows_admitted_on
     assert picture is not None
     tail = [r.input_tokens for r in picture.requests if r.time >= 15.0 * 37]
     assert len(tail) >= 25
-    # one admitted prompt in 37 was a document: a few may be drawn, not the finished intervals' all-document mix
-    assert sum(tokens > 10000 for tokens in tail) <= 0.2 * len(tail)
+    documents = sum(tokens > 10000 for tokens in tail)
+    if waiting_shown is None:
+        # one admitted prompt in 37 was a document: a few may be drawn, not the finished intervals' all-document mix
+        assert documents <= 0.2 * len(tail)
+    elif waiting_shown == 600:
+        assert documents == 0
+    else:
+        assert documents >= 0.9 * len(tail)
 
 
 def _chat_with_a_few_documents(rng, chat_count, document_count):
