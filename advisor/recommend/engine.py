@@ -362,20 +362,19 @@ def _recommend(
             else:
                 kept = None
         elif live_ratio is not None:
-            # The replay advises a move. One advised before the same way keeps its target while the target lies in
-            # this replay's hold band: applied, this replay would hold there, so moving it on gains nothing the
-            # advisor would act on. Each replay reads its best a few percent off the last one's, more so where two
-            # curves cross after a regime shift, and an operator rolling out r 4.1 should not see 3.7, 3.3, 3.1,
-            # then 4.1 again over five minutes of the same traffic. The hold band, not the plateau: a thin window's
-            # wide plateau narrows as the window fills, and a target kept at its edge is where the curve falls first.
+            # The replay advises a move. One advised before the same way keeps its target while the target still
+            # scores on this replay's plateau (within twice its noise of the best): each replay reads its best a few
+            # percent off the last one's, more so where two curves cross after a regime shift, and an operator
+            # rolling out r 4.1 should not see 3.7, 3.3, 3.1, then 4.1 again over five minutes of the same traffic.
             kept = kept_move(previous, live_ratio)
+            floor = replay.goodput_at(replay.best_ratio) * (1.0 - KEEP_PLATEAU_NOISE_FACTOR * replay.plateau_tolerance)
             same_way = kept is not None and (kept.ratio > live_ratio) == (target > live_ratio)
-            if kept is not None and same_way and replay.hold_lower <= kept.ratio <= replay.hold_upper:
+            if kept is not None and same_way and replay.goodput_at(kept.ratio) >= floor:
                 rec.predicted_goodput_gain_ratio = replay.gain_at(kept.ratio)
                 rec.ratio_lower, rec.ratio_upper = kept.ratio_lower, kept.ratio_upper
                 notes.append(
-                    f"the move to r {kept.ratio:.3g} advised before stands: it lies in the band this replay holds at "
-                    f"(r {replay.hold_lower:.3g}-{replay.hold_upper:.3g}, its best r {target:.3g})"
+                    f"the move to r {kept.ratio:.3g} advised before stands: the replayed goodput there is within its "
+                    f"noise of the best at r {target:.3g}"
                 )
                 target = kept.ratio
                 factor = target / r_center
