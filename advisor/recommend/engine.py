@@ -361,25 +361,6 @@ def _recommend(
                 )
             else:
                 kept = None
-        elif live_ratio is not None:
-            # The replay advises a move. One advised before the same way keeps its target while the target still
-            # scores on this replay's plateau (within twice its noise of the best): each replay reads its best a few
-            # percent off the last one's, more so where two curves cross after a regime shift, and an operator
-            # rolling out r 4.1 should not see 3.7, 3.3, 3.1, then 4.1 again over five minutes of the same traffic.
-            kept = kept_move(previous, live_ratio)
-            floor = replay.goodput_at(replay.best_ratio) * (1.0 - KEEP_PLATEAU_NOISE_FACTOR * replay.plateau_tolerance)
-            same_way = kept is not None and (kept.ratio > live_ratio) == (target > live_ratio)
-            if kept is not None and same_way and replay.goodput_at(kept.ratio) >= floor:
-                rec.predicted_goodput_gain_ratio = replay.gain_at(kept.ratio)
-                rec.ratio_lower, rec.ratio_upper = kept.ratio_lower, kept.ratio_upper
-                notes.append(
-                    f"the move to r {kept.ratio:.3g} advised before stands: the replayed goodput there is within its "
-                    f"noise of the best at r {target:.3g}"
-                )
-                target = kept.ratio
-                factor = target / r_center
-            else:
-                kept = None
     else:
         rec.ratio_lower = target * math.exp(-band)
         rec.ratio_upper = target * math.exp(band)
