@@ -1328,9 +1328,10 @@ class TrafficEstimator:
         Those still queued came after them and no line shows their lengths, but the last `Prefill batch` line shows
         how many wait and their tokens (`#pending-token`): copies of the latest known requests, without a matched
         prefix, drawn so that their mean prompt is the waiting ones' where the lines show it (`_tilted_draws`).
-        Documents after chat on an H100 queued at 0.9 held 1,750 chat requests six minutes after chat came back;
-        copied from the documents' last minutes they read as documents still, and the advice went on following
-        documents for ten minutes more. Without prefill lines, all are copies."""
+        Chat after documents on an H100 queued at 0.9 (set 4's regime shift, seed 2) held ~1,750 requests six
+        minutes after chat came back; copied from the documents' last minutes they read as documents still, and the
+        advice reached the chat regime's good ratios 16.5 minutes after the shift (11.5 with the queue sized).
+        Without prefill lines, all are copies."""
         pool = list(known[-max(count, TAIL_POOL_MIN):])
         queued = count if self.last_queued is None else min(count, int(round(max(0.0, self.last_queued))))
         held = self._running_prompts(count - queued, rng) if count > queued else []
