@@ -23,6 +23,7 @@ from advisor.config import config_from_dict
 from advisor.daemon.runner import Advisor
 from advisor.export.server import ExporterServer
 from advisor.export.svg import concurrency_curve
+from advisor.recommend.replay import ReplaySettings
 from advisor.sim.config import load_server_config
 from advisor.sim.emulator import EmulatedServer
 from advisor.sim.workload import load_workload
@@ -178,8 +179,12 @@ def test_goodput_chart_draws_the_replayed_curve_with_live_and_recommended_r(watc
     assert f"live r {rec.live_ratio:.3g}" in texts and f"recommended r {rec.ratio:.3g}" in texts
     assert len(list(chart.iter(f"{SVG_NS}circle"))) == len(rec.goodput_curve)  # one mark per replayed ratio
     # the recommended r and the curve's best both sit on the plateau the replay found; the hold band lies inside it
+    # where the plateau is wider than the smallest move either side of the recommended r, else spans that move
     best_ratio = max(rec.goodput_curve, key=lambda point: point[1])[0]
     assert rec.goodput_plateau is not None
     plateau_low, plateau_high = rec.goodput_plateau
     assert plateau_low <= best_ratio <= plateau_high and plateau_low <= rec.ratio <= plateau_high
-    assert plateau_low <= rec.ratio_lower <= rec.ratio <= rec.ratio_upper <= plateau_high
+    min_move = ReplaySettings().min_move
+    assert rec.ratio_lower is not None and rec.ratio_upper is not None
+    assert min(plateau_low, rec.ratio / min_move) * (1 - 1e-9) <= rec.ratio_lower <= rec.ratio
+    assert rec.ratio <= rec.ratio_upper <= max(plateau_high, rec.ratio * min_move) * (1 + 1e-9)
