@@ -54,7 +54,7 @@ class StatsLine:
     # prefill only: `#new-seq:`, the batch's requests (len(can_run_list): a chunked request continuing counts again)
     new_seqs: int | None = None
     # prefill only: `#pending-token:`, the waiting requests' whole sequences and a chunked prompt's rest
-    # (load_inquirer.py `_get_num_pending_tokens`; in the line since 0.5.4)
+    # (load_inquirer.py `_get_num_pending_tokens`; in 0.5.23's template and the 0.5.11 logs of fixtures/real)
     pending_tokens: int | None = None
 
 

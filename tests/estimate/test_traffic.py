@@ -496,14 +496,11 @@ def test_the_waiting_copies_take_the_size_the_prefill_lines_show_the_queue_holds
     assert len(sized) == 100 and abs(np.mean(sized) / 1005 - 1) < 0.05
     copied = waiting(False)
     assert len(copied) == 100 and np.mean(copied) > 10_000
-    restored = TrafficEstimator.from_dict(json.loads(json.dumps(_with_queue_line().to_dict())))
+    # each rank's latest line is kept, and checkpointed
+    lines = TrafficEstimator(TrafficSettings(window_seconds=1800))
+    lines.observe_admissions([[1, 500, 0, -1, 7, 70_000], [1, 500, 0, -1, 100, 100_500]], chunk_tokens=None)
+    restored = TrafficEstimator.from_dict(json.loads(json.dumps(lines.to_dict())))
     assert restored.waiting_by_rank == {-1: (100, 100_500)}
-
-
-def _with_queue_line() -> TrafficEstimator:
-    traffic = TrafficEstimator(TrafficSettings(window_seconds=1800))
-    traffic.observe_admissions([[1, 500, 0, -1, 7, 70_000], [1, 500, 0, -1, 100, 100_500]], chunk_tokens=None)
-    return traffic
 
 
 def test_a_held_request_the_prefill_lines_date_runs_longer_than_it_has_run():

@@ -310,6 +310,12 @@ def test_a_prefill_line_counts_the_waiting_requests_tokens_as_pending():
     arrivals = [RequestSpec(0.0, 100 * (k + 1), 100, 100) for k in range(6)]
     first = next(e for e in _tiny_run(arrivals) if isinstance(e, PrefillBatch))
     assert (first.new_seqs, first.queued_requests, first.pending_tokens) == (4, 2, 500 + 600)
+    # a 2,500-token prompt cut at a 1,000-token chunk: its first batch leaves 1,500 pending, its second 500
+    chunked = Simulator(server_config_from_dict({**TINY, "chunked_prefill_size": 1000}), UNUSED,
+                        arrivals=[RequestSpec(0.0, 2500, 10, 10)])
+    cut = [e for e in chunked.advance(100.0) if isinstance(e, PrefillBatch)]
+    assert [(e.new_tokens, e.queued_requests, e.pending_tokens) for e in cut] == [(1000, 0, 1500), (1000, 0, 500),
+                                                                                 (500, 0, 0)]
     sim = Simulator(server_config_from_dict(TINY), UNUSED,
                     arrivals=[RequestSpec(0.0, 500, 4000, 4000), RequestSpec(8.0, 300, 1500, 1500),
                               RequestSpec(8.0, 400, 1500, 1500), RequestSpec(9.0, 1200, 10, 4096),
