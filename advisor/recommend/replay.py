@@ -649,15 +649,49 @@ def _open_ends(tried: list[float], plateau: list[float], half_step: float) -> li
 # A dip between two stretches within the tolerance of the best is noise while it stays within this many tolerances.
 PLATEAU_DIP_TOLERANCES = 2.0
 
+# A replay's goodput over r rises to its best on the state pool's side and falls past it on the KV pool's: a score that
+# climbs back after falling, near the best, is the replay's own noise, and ratios within this many such climbs of the
+# best are as good as it can tell, up to PLATEAU_DIP_TOLERANCES times the tolerance the replay's counts give. A
+# climb back deeper than that dip allowance is a second peak, which the dip rule reads.
+REBOUND_NOISE_FACTOR = 2.0
 
-def _plateau(scores: dict[float, float], tolerance_of: Callable[[float], float]) -> tuple[float, list[float]]:
-    """(the best ratio, the contiguous run of ratios around it scoring within `tolerance_of(best)` of it, across dips
-    of no more than PLATEAU_DIP_TOLERANCES tolerances between ratios that do). A thin window's curve wobbles by more
-    than its tolerance: one of 141 requests scored 1.0 at r 0.094, 0.97 at 0.12-0.16 and 1.0 again at 0.28, and
-    the plateau read as 0.08-0.11 alone turned the advice from a lowered ratio to a pin and back."""
+
+def _rebound_noise(scores: dict[float, float], tolerance: float) -> float:
+    """The largest climb back, as a share of the best, of a score within PLATEAU_DIP_TOLERANCES `tolerance`s of the
+    best over the lowest score between it and the best (0 for a curve that only rises to its best and falls past it).
+    The tails are left out: a curve far down its cliff says nothing of how the ratios near the best rank."""
+    ratios = sorted(scores)
+    top = max(range(len(ratios)), key=lambda i: scores[ratios[i]])
+    best = scores[ratios[top]]
+    if not best > 0:
+        return 0.0
+    near = best * (1.0 - PLATEAU_DIP_TOLERANCES * tolerance)
+    climb = 0.0
+    for side in (ratios[top + 1:], ratios[:top][::-1]):
+        lowest = best
+        for ratio in side:
+            lowest = min(lowest, scores[ratio])
+            if scores[ratio] >= near:
+                climb = max(climb, scores[ratio] - lowest)
+    return climb / best
+
+
+def _plateau(scores: dict[float, float], tolerance_of: Callable[[float], float]) -> tuple[float, list[float], float]:
+    """(the best ratio, the contiguous run of ratios around it scoring within the tolerance of it, across dips of no
+    more than PLATEAU_DIP_TOLERANCES tolerances between ratios that do, the tolerance). The tolerance is
+    `tolerance_of(best)`, or REBOUND_NOISE_FACTOR times the curve's own climb back near the best where that is
+    larger (`_rebound_noise`), at most PLATEAU_DIP_TOLERANCES times `tolerance_of(best)`; a climb back deeper than
+    that is a second peak, and leaves the tolerance as it is. A thin window's curve wobbles by more than its
+    tolerance: one of 141 requests scored 1.0 at r 0.094, 0.97 at 0.12-0.16 and 1.0 again at 0.28, and the plateau
+    read as 0.08-0.11 alone turned the advice from a lowered ratio to a pin and back. Agent sessions whose prefixes the picture matched worse than the server
+    scored 1.000 at r 2.09, 0.988 at 2.75, 0.984 at 3.6 and 0.990 again at 6.3: the plateau read as 1.2-2.09 alone
+    put the advice at 1.59, on the server's cliff (2.2)."""
     candidates = sorted(scores)
     best = max(candidates, key=lambda r: scores[r])
-    tolerance = tolerance_of(best)
+    base = tolerance_of(best)
+    climb = _rebound_noise(scores, base)
+    tolerance = (min(max(base, REBOUND_NOISE_FACTOR * climb), PLATEAU_DIP_TOLERANCES * base)
+                 if climb <= PLATEAU_DIP_TOLERANCES * base else base)
     floor = scores[best] * (1.0 - tolerance)
     dip_floor = scores[best] * (1.0 - PLATEAU_DIP_TOLERANCES * tolerance)
     low = high = candidates.index(best)
@@ -669,7 +703,7 @@ def _plateau(scores: dict[float, float], tolerance_of: Callable[[float], float])
         low += 1
     while scores[candidates[high]] < floor:
         high -= 1
-    return best, candidates[low:high + 1]
+    return best, candidates[low:high + 1], tolerance
 
 
 def _reading(plateau: Sequence[float], settings: ReplaySettings, *, spread_scores: dict[float, float] | None = None,
@@ -873,7 +907,7 @@ def _reread(curve: ReplayCurve, points: list[CurvePoint], *, tolerance: float, l
     middle), hold band (cut where its heavier-traffic check found the live ratio only just serving,
     `_headroom_band`) and the scores read from them read again, within `tolerance`, and `changes`."""
     scores = {p.ratio: p.goodput for p in points}
-    best, plateau = _plateau(scores, lambda _: tolerance)
+    best, plateau, tolerance = _plateau(scores, lambda _: tolerance)
     chosen, hold_lower, hold_upper, (width_lower, width_upper) = _reading(
         plateau, settings, tolerance=tolerance, spread_scores=scores if curve.source == "metrics" else None,
         chosen=chosen)
@@ -1035,19 +1069,19 @@ def _window_curve(
         """The share of the best score within which another is as good: the plateau's, and the replay's noise."""
         return max(settings.flat_tolerance, 0.25 / math.sqrt(max(1, results[best].completed_requests)))
 
-    def plateau_of(candidates: list[float]) -> tuple[float, list[float]]:
+    def plateau_of(candidates: list[float]) -> tuple[float, list[float], float]:
         return _plateau({r: score(r) for r in candidates}, tolerance_of)
 
     queue = (_queue_check(server, picture, results[live_ratio], live_ratio, settings, run_many)
              if heavier_pair and live_ratio is not None and live_ratio > 0 else _QueueCheck(None, None, None, 0))
-    _, plateau = plateau_of(sorted(results))
+    _, plateau, _ = plateau_of(sorted(results))
     # Refine just outside the plateau's ends, where the curve leaves it.
     refine = [r for r in (plateau[0] / math.sqrt(step), plateau[-1] * math.sqrt(step))
               if r not in results and min(ratios) / step <= r <= max(ratios) * step]
     results.update(zip(refine, run_many(server, picture, refine, settings), strict=True))
     # A plateau of one candidate is a sharp optimum: bracket it closer, a quarter then an eighth of the step.
     for round_index in range(settings.sharp_refinements):
-        best, plateau = plateau_of(sorted(results))
+        best, plateau, _ = plateau_of(sorted(results))
         if len(plateau) > 1:
             break
         factor = step ** (0.25 / 2 ** round_index)
@@ -1059,7 +1093,7 @@ def _window_curve(
     # the next one tried is the live ratio far off): where the curve falls on that side is unknown, and the
     # middle would be the middle of what was tried. Probe once more, half a step out.
     tried = sorted(results)
-    _, plateau = plateau_of(tried)
+    _, plateau, _ = plateau_of(tried)
     probes = [r for r in _open_ends(tried, plateau, math.sqrt(step))
               if r not in results and min(ratios) / step ** 2 <= r <= max(ratios) * step ** 2]
     if live_ratio is not None and live_ratio > 0:
@@ -1071,10 +1105,10 @@ def _window_curve(
                    if not tried_low <= r <= tried_high]
     results.update(zip(probes, run_many(server, picture, probes, settings), strict=True))
     candidates = sorted(results)  # the live ratio too: where it is as good as the best, the operator holds
-    best, plateau = plateau_of(candidates)
+    best, plateau, tolerance = plateau_of(candidates)
     scores = {r: score(r) for r in results}
     chosen, hold_lower, hold_upper, (width_lower, width_upper) = _reading(
-        plateau, settings, tolerance=tolerance_of(best), spread_scores=scores if picture.source == "metrics" else None)
+        plateau, settings, tolerance=tolerance, spread_scores=scores if picture.source == "metrics" else None)
     metric = "raw_goodput" if overloaded else "goodput_score"
     chosen_goodput = _interpolated(scores, chosen)
 
@@ -1105,7 +1139,7 @@ def _window_curve(
                 if capacity_gain is not None and capacity_gain > (headroom_gain or 0.0):
                     headroom_gain, headroom = capacity_gain, settings.capacity_load
             hold_lower, hold_upper = _headroom_band(hold_lower, hold_upper, live_ratio=live_ratio, chosen=chosen,
-                                                    headroom_gain=headroom_gain, tolerance=tolerance_of(best))
+                                                    headroom_gain=headroom_gain, tolerance=tolerance)
 
     points = [
         CurvePoint(
@@ -1138,7 +1172,7 @@ def _window_curve(
         headroom_gain=headroom_gain, headroom=headroom if headroom_gain is not None else 1.0,
         headroom_chosen=((chosen, chosen_heavier[settings.headroom]) if settings.headroom in chosen_heavier
                          else None),
-        plateau_tolerance=tolerance_of(best),
+        plateau_tolerance=tolerance,
         queue_shown=queue.shown, queue_replayed=queue.replayed, queue_load=queue.load,
         admission_rate_shown=work.shown if work else None, admission_rate_replayed=work.replayed if work else None,
         work_scale=work.scale if work else None,
