@@ -240,8 +240,11 @@ class ReplayCurve:
     live_running_replayed: float | None = None
     live_running_matches: bool | None = None  # within calibration_running_factor of each other
     calibration_rounds: int = 0  # re-pairings, each one more run at the live ratio
-    # The share of the best score within which the plateau's ratios score (flat_tolerance or the replay's noise).
+    # The share of the best score within which the plateau's ratios score: the counts' (flat_tolerance or the
+    # replay's noise in requests), or the curve's own climb back near its best (`_plateau`), and the counts' alone, from
+    # which a curve read again with other scores (`_reread`) starts.
     plateau_tolerance: float = 0.0075
+    counts_tolerance: float = 0.0075
     # The chosen ratio's score over the live one's on the traffic `headroom` times heavier (None where not run: no
     # live ratio, one within min_move of the chosen, or a gain on the observed traffic already worth a restart).
     headroom_gain: float | None = None
@@ -683,9 +686,9 @@ def _plateau(scores: dict[float, float], tolerance_of: Callable[[float], float])
     larger (`_rebound_noise`), at most PLATEAU_DIP_TOLERANCES times `tolerance_of(best)`; a climb back deeper than
     that is a second peak, and leaves the tolerance as it is. A thin window's curve wobbles by more than its
     tolerance: one of 141 requests scored 1.0 at r 0.094, 0.97 at 0.12-0.16 and 1.0 again at 0.28, and the plateau
-    read as 0.08-0.11 alone turned the advice from a lowered ratio to a pin and back. Agent sessions whose prefixes the picture matched worse than the server
-    scored 1.000 at r 2.09, 0.988 at 2.75, 0.984 at 3.6 and 0.990 again at 6.3: the plateau read as 1.2-2.09 alone
-    put the advice at 1.59, on the server's cliff (2.2)."""
+    read as 0.08-0.11 alone turned the advice from a lowered ratio to a pin and back. Agent sessions whose prefixes
+    the picture matched worse than the server scored 1.000 at r 2.09, 0.988 at 2.75, 0.984 at 3.6 and 0.990 again at
+    6.3: the plateau read as 1.2-2.09 alone put the advice at 1.59, on the server's cliff (2.2)."""
     candidates = sorted(scores)
     best = max(candidates, key=lambda r: scores[r])
     base = tolerance_of(best)
@@ -834,7 +837,7 @@ def _leaned(server: SchedulerServerConfig, picture: TrafficPicture, curve: Repla
     best_side, best_score = max(zip(halfway, (at_low, at_high), strict=True), key=lambda pair: pair[1])
     if not at_middle > 0 or not best_score > at_middle * (1.0 + 2.0 * curve.plateau_tolerance):
         return replace(curve, **marks)
-    return _reread(curve, curve.points, tolerance=curve.plateau_tolerance, live_ratio=live_ratio, settings=settings,
+    return _reread(curve, curve.points, tolerance=curve.counts_tolerance, live_ratio=live_ratio, settings=settings,
                    chosen=best_side, lean_from=middle, lean_gain=best_score / at_middle, **marks)
 
 
@@ -896,7 +899,7 @@ def _read_both(own: ReplayCurve, whole: ReplayCurve, *, live_ratio: float | None
     whole_at = (lambda ratio: _falling_beyond(whole_scores, ratio)) if regime else whole.goodput_at
     scores = {p.ratio: own_best * min(p.goodput / own_best, whole_at(p.ratio) / whole_best) for p in own.points}
     return _reread(own, [replace(p, goodput=scores[p.ratio]) for p in own.points],
-                   tolerance=max(own.plateau_tolerance, whole.plateau_tolerance), live_ratio=live_ratio,
+                   tolerance=max(own.counts_tolerance, whole.counts_tolerance), live_ratio=live_ratio,
                    settings=settings, headroom_gain=None, headroom=1.0, headroom_chosen=None,
                    other_runs=own.other_runs + (2 if own.headroom_gain is not None else 0))
 
@@ -905,9 +908,11 @@ def _reread(curve: ReplayCurve, points: list[CurvePoint], *, tolerance: float, l
             settings: ReplaySettings, chosen: float | None = None, **changes: Any) -> ReplayCurve:
     """`curve` with other scores (`points`, by ratio): its plateau, choice (`chosen` where given, else the plateau's
     middle), hold band (cut where its heavier-traffic check found the live ratio only just serving,
-    `_headroom_band`) and the scores read from them read again, within `tolerance`, and `changes`."""
+    `_headroom_band`) and the scores read from them read again, within `tolerance` (the counts': the scores' own
+    climb back near their best can widen it, `_plateau`), and `changes`."""
     scores = {p.ratio: p.goodput for p in points}
-    best, plateau, tolerance = _plateau(scores, lambda _: tolerance)
+    counts_tolerance = tolerance
+    best, plateau, tolerance = _plateau(scores, lambda _: counts_tolerance)
     chosen, hold_lower, hold_upper, (width_lower, width_upper) = _reading(
         plateau, settings, tolerance=tolerance, spread_scores=scores if curve.source == "metrics" else None,
         chosen=chosen)
@@ -924,7 +929,7 @@ def _reread(curve: ReplayCurve, points: list[CurvePoint], *, tolerance: float, l
         chosen_robust_goodput=_robust(scores, chosen, settings.cliff_margin),
         live_keep_robust_goodput=_robust(scores, live, settings.cliff_keep_margin) if live is not None else None,
         chosen_keep_robust_goodput=_robust(scores, chosen, settings.cliff_keep_margin),
-        plateau_tolerance=tolerance, **changes,
+        plateau_tolerance=tolerance, counts_tolerance=counts_tolerance, **changes,
     )
 
 
@@ -979,7 +984,7 @@ def remembered_curve(current: ReplayCurve, previous: ReplayCurve | None, *, live
 
     points = [*own, *(p for p in before if low <= p.ratio <= high and p.ratio not in own_shares)]
     points = sorted((replace(p, goodput=mean_score(p.ratio)) for p in points), key=lambda p: p.ratio)
-    return _reread(current, points, tolerance=current.plateau_tolerance, live_ratio=live_ratio, settings=settings,
+    return _reread(current, points, tolerance=current.counts_tolerance, live_ratio=live_ratio, settings=settings,
                    draw_points=own, draws=2)
 
 
@@ -1172,7 +1177,7 @@ def _window_curve(
         headroom_gain=headroom_gain, headroom=headroom if headroom_gain is not None else 1.0,
         headroom_chosen=((chosen, chosen_heavier[settings.headroom]) if settings.headroom in chosen_heavier
                          else None),
-        plateau_tolerance=tolerance,
+        plateau_tolerance=tolerance, counts_tolerance=tolerance_of(best),
         queue_shown=queue.shown, queue_replayed=queue.replayed, queue_load=queue.load,
         admission_rate_shown=work.shown if work else None, admission_rate_replayed=work.replayed if work else None,
         work_scale=work.scale if work else None,
