@@ -11,7 +11,6 @@ from advisor.recommend.replay import (
     CurvePoint,
     ReplayCurve,
     ReplaySettings,
-    _reread,
     _run,
     calibrated_picture,
     recent_load,
@@ -897,10 +896,11 @@ def test_a_dip_within_twice_the_noise_between_two_best_stretches_is_part_of_the_
     # the far stretch climbs back by the dip: within the dip allowance that is noise (twice it, at most twice the
     # counts' 0.75%), beyond it a second peak
     assert curve.plateau_tolerance == pytest.approx(0.015 if bridged else 0.0075)
-    # read again from the same scores (as a lean or a remembered draw does), it starts from the counts' tolerance, not
-    # from the one the climb widened: the same tolerance and plateau, not twice the widening
-    again = _reread(curve, curve.points, tolerance=curve.counts_tolerance, live_ratio=None, settings=ReplaySettings())
-    assert again.plateau_tolerance == pytest.approx(curve.plateau_tolerance)
+    # read again (a metrics-only draw averaged with a previous draw of the same scores), it starts from the counts'
+    # tolerance, not from the one the climb widened: the same tolerance and plateau, not the widening widened again
+    draw = replace(curve, source="metrics")
+    again = remembered_curve(draw, draw, live_ratio=None, settings=ReplaySettings())
+    assert again.draws == 2 and again.plateau_tolerance == pytest.approx(curve.plateau_tolerance)
     assert (again.width_lower, again.width_upper) == (curve.width_lower, curve.width_upper)
     if bridged:
         assert 0.5 <= curve.width_lower <= 0.8 and 1.6 <= curve.width_upper <= 2.5
